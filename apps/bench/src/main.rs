@@ -1,0 +1,302 @@
+//! Burrow's engine benchmark.
+//!
+//! Inserts and reads N sample records through the whole ORM path, for every engine
+//! configuration and mode, beside a raw-driver baseline measured in the same run,
+//! and prints the classic "Insertion speed" and "Read speed" tables with the
+//! ORM ÷ raw ratio. Every cell starts from a fresh database and is verified (row
+//! count, the exact sum of Amount, the content of sampled or all rows) before its
+//! figure is kept: a fast wrong answer fails the run.
+
+mod sample;
+mod targets;
+
+use std::collections::HashMap;
+use std::fmt::Write as _;
+use std::path::PathBuf;
+use std::process::ExitCode;
+use std::time::Instant;
+
+use burrow::chrono::Utc;
+use clap::Parser;
+use indicatif::{ProgressBar, ProgressStyle};
+
+use crate::sample::{make_all, verify_read, verify_table};
+use crate::targets::{EngineConfig, Mode, OrmTarget, RawTarget, Target, ENGINES};
+
+/// Insert and read speed of Burrow's engines, beside the raw driver.
+#[derive(Parser, Debug)]
+#[command(name = "burrow-bench", version)]
+struct Args {
+    /// Engine configurations to run, comma-separated (default: all available).
+    #[arg(long, value_delimiter = ',')]
+    engines: Vec<String>,
+    /// Objects per cell.
+    #[arg(long, default_value_t = 10_000)]
+    rows: usize,
+    /// Runs per cell; the best is kept.
+    #[arg(long, default_value_t = 1)]
+    repeat: usize,
+    /// Objects for Direct inserts into a file with synchronous FULL, which waits
+    /// for the disk at every row (capped at --rows).
+    #[arg(long, default_value_t = 500)]
+    full_direct_rows: usize,
+    /// Also write the results as JSON to this file.
+    #[arg(long)]
+    json: Option<PathBuf>,
+}
+
+#[derive(Debug, Clone)]
+struct Cell {
+    engine: &'static str,
+    mode: Mode,
+    baseline: bool,
+    rows: usize,
+    rows_per_sec: f64,
+}
+
+fn main() -> ExitCode {
+    let args = Args::parse();
+    match run(&args) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("burrow-bench: {e}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+fn pick_engines(names: &[String]) -> Result<Vec<EngineConfig>, String> {
+    if names.is_empty() {
+        return Ok(ENGINES.to_vec());
+    }
+    names
+        .iter()
+        .map(|n| {
+            ENGINES.iter().find(|e| e.id == n.trim()).copied().ok_or_else(|| {
+                let ids: Vec<_> = ENGINES.iter().map(|e| e.id).collect();
+                format!("unknown engine {n:?}; available: {}", ids.join(", "))
+            })
+        })
+        .collect()
+}
+
+fn run(args: &Args) -> Result<(), String> {
+    if args.rows == 0 || args.repeat == 0 {
+        return Err("--rows and --repeat must be at least 1".into());
+    }
+    let engines = pick_engines(&args.engines)?;
+    let dir = tempfile::tempdir().map_err(|e| format!("cannot create a temporary folder: {e}"))?;
+    let cells_per_engine = (Mode::INSERTS.len() + Mode::READS.len()) * 2;
+    let bar = ProgressBar::new((engines.len() * cells_per_engine * args.repeat) as u64);
+    bar.set_style(
+        ProgressStyle::with_template("{bar:40} {pos}/{len} {msg}")
+            .map_err(|e| e.to_string())?,
+    );
+    let mut cells = Vec::new();
+    let mut serial = 0;
+    for cfg in &engines {
+        for baseline in [false, true] {
+            for mode in Mode::INSERTS.iter().chain(&Mode::READS) {
+                let n = if cfg.file && cfg.sync == burrow::sqlite::Synchronous::Full && *mode == Mode::Direct {
+                    args.full_direct_rows.clamp(1, args.rows)
+                } else {
+                    args.rows
+                };
+                let mut best = 0f64;
+                for _ in 0..args.repeat {
+                    bar.set_message(format!(
+                        "{} {}{}",
+                        cfg.id,
+                        mode.id(),
+                        if baseline { " (raw)" } else { "" }
+                    ));
+                    serial += 1;
+                    let path = cfg.file.then(|| dir.path().join(format!("bench-{serial}.db")));
+                    let rate = run_cell(cfg, *mode, baseline, n, path.as_deref()).map_err(|e| {
+                        format!(
+                            "{} {}{}: {e}",
+                            cfg.id,
+                            mode.id(),
+                            if baseline { " (raw)" } else { "" }
+                        )
+                    })?;
+                    if let Some(p) = path {
+                        for suffix in ["", "-journal", "-wal", "-shm"] {
+                            let _ = std::fs::remove_file(format!("{}{suffix}", p.display()));
+                        }
+                    }
+                    best = best.max(rate);
+                    bar.inc(1);
+                }
+                cells.push(Cell {
+                    engine: cfg.id,
+                    mode: *mode,
+                    baseline,
+                    rows: n,
+                    rows_per_sec: best,
+                });
+            }
+        }
+    }
+    bar.finish_and_clear();
+    print!("{}", report(args, &engines, &cells));
+    if let Some(path) = &args.json {
+        let json = serde_json::json!({
+            "rows": args.rows,
+            "results": cells.iter().map(|c| serde_json::json!({
+                "engine": c.engine,
+                "mode": c.mode.id(),
+                "rows_per_sec": c.rows_per_sec,
+                "baseline": c.baseline,
+                "rows": c.rows,
+            })).collect::<Vec<_>>(),
+        });
+        std::fs::write(path, format!("{json:#}\n"))
+            .map_err(|e| format!("cannot write {}: {e}", path.display()))?;
+    }
+    Ok(())
+}
+
+/// One timed, verified run on a fresh database; returns objects per second.
+fn run_cell(
+    cfg: &EngineConfig,
+    mode: Mode,
+    baseline: bool,
+    n: usize,
+    path: Option<&std::path::Path>,
+) -> Result<f64, String> {
+    let mut target: Box<dyn Target> = if baseline {
+        Box::new(RawTarget::open(cfg, path)?)
+    } else {
+        Box::new(OrmTarget::open(cfg, path)?)
+    };
+    let since = Utc::now();
+    if Mode::INSERTS.contains(&mode) {
+        let rows = make_all(n);
+        let start = Instant::now();
+        let ids = target.insert(mode, rows)?;
+        let secs = start.elapsed().as_secs_f64();
+        if ids.len() != n || ids.iter().enumerate().any(|(i, &id)| id != i as i64 + 1) {
+            return Err(format!("returned {} IDs, not 1..={n} in order", ids.len()));
+        }
+        target.verify(&|c| verify_table(c, n, since))?;
+        Ok(n as f64 / secs)
+    } else {
+        // Fill untimed with the fastest insert, then time the read.
+        target.insert(Mode::BatchTrans, make_all(n))?;
+        target.verify(&|c| verify_table(c, n, since))?;
+        let start = Instant::now();
+        let rows = target.read(mode, n)?;
+        let secs = start.elapsed().as_secs_f64();
+        verify_read(&rows, n, since)?;
+        Ok(n as f64 / secs)
+    }
+}
+
+fn machine() -> String {
+    let cpu = std::fs::read_to_string("/proc/cpuinfo")
+        .ok()
+        .and_then(|s| {
+            s.lines()
+                .find(|l| l.starts_with("model name"))
+                .and_then(|l| l.split(':').nth(1))
+                .map(|m| m.trim().to_owned())
+        })
+        .unwrap_or_else(|| std::env::consts::ARCH.to_owned());
+    let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
+    format!("{cpu}, {cores} cores, {}", std::env::consts::OS)
+}
+
+fn fmt_rate(v: f64) -> String {
+    let v = v.round() as u64;
+    let s = v.to_string();
+    let mut out = String::new();
+    for (i, c) in s.chars().enumerate() {
+        if i > 0 && (s.len() - i) % 3 == 0 {
+            out.push(',');
+        }
+        out.push(c);
+    }
+    out
+}
+
+fn report(args: &Args, engines: &[EngineConfig], cells: &[Cell]) -> String {
+    let get: HashMap<(&str, &str, bool), &Cell> = cells
+        .iter()
+        .map(|c| ((c.engine, c.mode.id(), c.baseline), c))
+        .collect();
+    let mut out = String::new();
+    let _ = writeln!(
+        out,
+        "Burrow {} · SQLite {} · {} · {} rows per cell · best of {} · {} build\n",
+        env!("CARGO_PKG_VERSION"),
+        burrow::sqlite::SqliteEngine::sqlite_version(),
+        machine(),
+        args.rows,
+        args.repeat,
+        if cfg!(debug_assertions) { "DEBUG (figures not meaningful)" } else { "release" },
+    );
+    let mut notes = Vec::new();
+    for (title, modes) in [
+        ("Insertion speed (objects/second)", &Mode::INSERTS[..]),
+        ("Read speed (objects/second)", &Mode::READS[..]),
+    ] {
+        let _ = writeln!(out, "## {title}\n");
+        let heads: Vec<_> = modes.iter().map(|m| m.title()).collect();
+        let _ = writeln!(out, "| engine | {} |", heads.join(" | "));
+        let _ = writeln!(out, "|---|{}", "---:|".repeat(modes.len()));
+        for e in engines {
+            for baseline in [false, true] {
+                let vals: Vec<String> = modes
+                    .iter()
+                    .map(|m| match get.get(&(e.id, m.id(), baseline)) {
+                        Some(c) if c.rows != args.rows => {
+                            let note = format!("{} rows", c.rows);
+                            if !notes.contains(&note) {
+                                notes.push(note);
+                            }
+                            format!("{} (*)", fmt_rate(c.rows_per_sec))
+                        }
+                        Some(c) => fmt_rate(c.rows_per_sec),
+                        None => "-".into(),
+                    })
+                    .collect();
+                let _ = writeln!(
+                    out,
+                    "| {}{} | {} |",
+                    e.title,
+                    if baseline { " (raw)" } else { "" },
+                    vals.join(" | ")
+                );
+            }
+        }
+        out.push('\n');
+    }
+    if !notes.is_empty() {
+        let _ = writeln!(
+            out,
+            "(*) measured on {}: every row waits for the disk.\n",
+            notes.join(", ")
+        );
+    }
+    let all: Vec<Mode> = Mode::INSERTS.iter().chain(&Mode::READS).copied().collect();
+    let _ = writeln!(out, "## ORM ÷ raw driver (same run; 1.00 = no overhead)\n");
+    let heads: Vec<_> = all.iter().map(|m| m.title()).collect();
+    let _ = writeln!(out, "| engine | {} |", heads.join(" | "));
+    let _ = writeln!(out, "|---|{}", "---:|".repeat(all.len()));
+    for e in engines {
+        let vals: Vec<String> = all
+            .iter()
+            .map(|m| {
+                match (get.get(&(e.id, m.id(), false)), get.get(&(e.id, m.id(), true))) {
+                    (Some(o), Some(r)) if r.rows_per_sec > 0.0 => {
+                        format!("{:.2}", o.rows_per_sec / r.rows_per_sec)
+                    }
+                    _ => "-".into(),
+                }
+            })
+            .collect();
+        let _ = writeln!(out, "| {} | {} |", e.title, vals.join(" | "));
+    }
+    out
+}

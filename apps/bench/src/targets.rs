@@ -1,0 +1,332 @@
+//! The two ways each engine configuration is driven: through Burrow's ORM, and
+//! with the raw driver alone (the baseline).
+
+use std::path::Path;
+use std::sync::Arc;
+
+use burrow::chrono::Utc;
+use burrow::datetime::{parse_date, parse_datetime, write_date, write_datetime, DATETIME_BUF};
+use burrow::sqlite::rusqlite::{self, params, Connection};
+use burrow::sqlite::{SqliteEngine, SqliteOptions, Synchronous};
+use burrow::{Batch, Client, Currency, Model, Orm, Query};
+
+use crate::sample::{Sample, RAW_DDL};
+
+/// A benchmark mode.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Mode {
+    Direct,
+    Batch,
+    Trans,
+    BatchTrans,
+    ByOne,
+    AllDirect,
+}
+
+impl Mode {
+    pub const INSERTS: [Mode; 4] = [Mode::Direct, Mode::Batch, Mode::Trans, Mode::BatchTrans];
+    pub const READS: [Mode; 2] = [Mode::ByOne, Mode::AllDirect];
+
+    pub fn id(self) -> &'static str {
+        match self {
+            Mode::Direct => "direct",
+            Mode::Batch => "batch",
+            Mode::Trans => "trans",
+            Mode::BatchTrans => "batch-trans",
+            Mode::ByOne => "by-one",
+            Mode::AllDirect => "all-direct",
+        }
+    }
+
+    pub fn title(self) -> &'static str {
+        match self {
+            Mode::Direct => "Direct",
+            Mode::Batch => "Batch",
+            Mode::Trans => "Trans",
+            Mode::BatchTrans => "Batch Trans",
+            Mode::ByOne => "By one",
+            Mode::AllDirect => "All Direct",
+        }
+    }
+}
+
+/// An engine configuration: a row of the result tables.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct EngineConfig {
+    pub id: &'static str,
+    pub title: &'static str,
+    pub file: bool,
+    pub sync: Synchronous,
+    pub exclusive: bool,
+}
+
+pub const ENGINES: [EngineConfig; 4] = [
+    EngineConfig {
+        id: "sqlite-file-full",
+        title: "SQLite file full",
+        file: true,
+        sync: Synchronous::Full,
+        exclusive: false,
+    },
+    EngineConfig {
+        id: "sqlite-file-off",
+        title: "SQLite file off",
+        file: true,
+        sync: Synchronous::Off,
+        exclusive: false,
+    },
+    EngineConfig {
+        id: "sqlite-file-off-exc",
+        title: "SQLite file off exc",
+        file: true,
+        sync: Synchronous::Off,
+        exclusive: true,
+    },
+    EngineConfig {
+        id: "sqlite-mem",
+        title: "SQLite in memory",
+        file: false,
+        sync: Synchronous::Full,
+        exclusive: false,
+    },
+];
+
+/// What a timed run needs: the database, opened fresh.
+pub trait Target {
+    /// Inserts `rows` in `mode`; returns the IDs in order.
+    fn insert(&mut self, mode: Mode, rows: Vec<Sample>) -> Result<Vec<i64>, String>;
+    /// Reads `n` rows (IDs 1..=n) in `mode`.
+    fn read(&mut self, mode: Mode, n: usize) -> Result<Vec<Sample>, String>;
+    /// Runs a verification on the database's connection.
+    fn verify(&self, f: &dyn Fn(&Connection) -> Result<(), String>) -> Result<(), String>;
+}
+
+fn err(e: impl std::fmt::Display) -> String {
+    e.to_string()
+}
+
+/// Burrow's ORM over the SQLite engine.
+pub struct OrmTarget {
+    engine: Arc<SqliteEngine>,
+    client: Client,
+}
+
+impl OrmTarget {
+    pub fn open(cfg: &EngineConfig, path: Option<&Path>) -> Result<Self, String> {
+        let mut opts = match path {
+            Some(p) => SqliteOptions::file(p),
+            None => SqliteOptions::memory(),
+        }
+        .synchronous(cfg.sync);
+        if cfg.exclusive {
+            opts = opts.exclusive();
+        }
+        let engine = Arc::new(SqliteEngine::open(opts).map_err(err)?);
+        let client = Client::open(Model::new().with::<Sample>(), engine.clone()).map_err(err)?;
+        Ok(OrmTarget { engine, client })
+    }
+}
+
+impl Target for OrmTarget {
+    fn insert(&mut self, mode: Mode, mut rows: Vec<Sample>) -> Result<Vec<i64>, String> {
+        let c = &self.client;
+        match mode {
+            Mode::Direct => rows.iter_mut().map(|r| c.add(r).map_err(err)).collect(),
+            Mode::Trans => {
+                let tx = c.transaction().map_err(err)?;
+                let ids = rows
+                    .iter_mut()
+                    .map(|r| tx.add(r).map_err(err))
+                    .collect::<Result<_, _>>()?;
+                tx.commit().map_err(err)?;
+                Ok(ids)
+            }
+            Mode::Batch | Mode::BatchTrans => {
+                let tx = match mode {
+                    Mode::BatchTrans => Some(c.transaction().map_err(err)?),
+                    _ => None,
+                };
+                let mut batch = Batch::new();
+                for r in rows {
+                    batch.add(r);
+                }
+                let results = c.send(&mut batch).map_err(err)?;
+                if let Some(tx) = tx {
+                    tx.commit().map_err(err)?;
+                }
+                results
+                    .iter()
+                    .map(|r| r.id().ok_or_else(|| format!("batch item failed: {r:?}")))
+                    .collect()
+            }
+            Mode::ByOne | Mode::AllDirect => Err("not an insert mode".into()),
+        }
+    }
+
+    fn read(&mut self, mode: Mode, n: usize) -> Result<Vec<Sample>, String> {
+        match mode {
+            Mode::ByOne => (1..=n as i64)
+                .map(|id| self.client.retrieve::<Sample>(id).map_err(err))
+                .collect(),
+            Mode::AllDirect => self.client.select::<Sample>(&Query::all()).map_err(err),
+            _ => Err("not a read mode".into()),
+        }
+    }
+
+    fn verify(&self, f: &dyn Fn(&Connection) -> Result<(), String>) -> Result<(), String> {
+        self.engine
+            .with_connection(|c| Ok(f(c)))
+            .map_err(err)?
+    }
+}
+
+/// The raw driver alone: prepared statements and hand-written row mapping, the
+/// best it can do for each mode.
+pub struct RawTarget {
+    conn: Connection,
+}
+
+const RAW_INSERT: &str = "INSERT INTO Sample (FirstName,LastName,Amount,BirthDate,LastChange,CreatedAt) VALUES (?,?,?,?,?,?)";
+const RAW_SELECT: &str =
+    "SELECT ID,FirstName,LastName,Amount,BirthDate,LastChange,CreatedAt FROM Sample";
+/// Rows per multi-row INSERT, as the ORM uses.
+const RAW_BULK: usize = 200;
+
+impl RawTarget {
+    pub fn open(cfg: &EngineConfig, path: Option<&Path>) -> Result<Self, String> {
+        let conn = match path {
+            Some(p) => Connection::open(p),
+            None => Connection::open_in_memory(),
+        }
+        .map_err(err)?;
+        let sync = match cfg.sync {
+            Synchronous::Full => "FULL",
+            Synchronous::Normal => "NORMAL",
+            Synchronous::Off => "OFF",
+        };
+        let lock = if cfg.exclusive { "EXCLUSIVE" } else { "NORMAL" };
+        conn.execute_batch(&format!(
+            "PRAGMA synchronous={sync}; PRAGMA locking_mode={lock}; {RAW_DDL}"
+        ))
+        .map_err(err)?;
+        Ok(RawTarget { conn })
+    }
+
+    fn bind_row(
+        stmt: &mut rusqlite::Statement<'_>,
+        at: usize,
+        r: &Sample,
+        now: &str,
+    ) -> rusqlite::Result<()> {
+        let mut buf = [0u8; DATETIME_BUF];
+        stmt.raw_bind_parameter(at, r.first_name.as_str())?;
+        stmt.raw_bind_parameter(at + 1, r.last_name.as_str())?;
+        stmt.raw_bind_parameter(at + 2, r.amount.scaled())?;
+        stmt.raw_bind_parameter(at + 3, write_date(r.birth_date, &mut buf))?;
+        stmt.raw_bind_parameter(at + 4, now)?;
+        stmt.raw_bind_parameter(at + 5, now)
+    }
+
+    fn one_by_one(&self, rows: &[Sample]) -> rusqlite::Result<Vec<i64>> {
+        let mut stmt = self.conn.prepare(RAW_INSERT)?;
+        let mut ids = Vec::with_capacity(rows.len());
+        let mut buf = [0u8; DATETIME_BUF];
+        for r in rows {
+            let now = write_datetime(Utc::now(), &mut buf);
+            Self::bind_row(&mut stmt, 1, r, now)?;
+            stmt.raw_execute()?;
+            ids.push(self.conn.last_insert_rowid());
+        }
+        Ok(ids)
+    }
+
+    fn multi_row(&self, rows: &[Sample]) -> rusqlite::Result<Vec<i64>> {
+        let group = "(?,?,?,?,?,?)";
+        let sql_for = |n: usize| {
+            format!(
+                "INSERT INTO Sample (FirstName,LastName,Amount,BirthDate,LastChange,CreatedAt) VALUES {}",
+                vec![group; n].join(",")
+            )
+        };
+        let mut full = self.conn.prepare(&sql_for(RAW_BULK))?;
+        let mut buf = [0u8; DATETIME_BUF];
+        let now = write_datetime(Utc::now(), &mut buf).to_owned();
+        let mut ids = Vec::with_capacity(rows.len());
+        for chunk in rows.chunks(RAW_BULK) {
+            let mut tail;
+            let stmt = if chunk.len() == RAW_BULK {
+                &mut full
+            } else {
+                tail = self.conn.prepare(&sql_for(chunk.len()))?;
+                &mut tail
+            };
+            for (k, r) in chunk.iter().enumerate() {
+                Self::bind_row(stmt, k * 6 + 1, r, &now)?;
+            }
+            stmt.raw_execute()?;
+            let last = self.conn.last_insert_rowid();
+            ids.extend(last - chunk.len() as i64 + 1..=last);
+        }
+        Ok(ids)
+    }
+
+    fn in_tx<T>(&self, f: impl FnOnce() -> rusqlite::Result<T>) -> rusqlite::Result<T> {
+        self.conn.execute_batch("BEGIN IMMEDIATE")?;
+        let r = f()?;
+        self.conn.execute_batch("COMMIT")?;
+        Ok(r)
+    }
+}
+
+fn raw_row(r: &rusqlite::Row<'_>) -> rusqlite::Result<Sample> {
+    let text = |i: usize| -> rusqlite::Result<&str> {
+        r.get_ref(i)?.as_str().map_err(rusqlite::Error::from)
+    };
+    let bad = |i: usize| rusqlite::Error::InvalidColumnType(i, "date".into(), rusqlite::types::Type::Text);
+    Ok(Sample {
+        id: r.get(0)?,
+        first_name: text(1)?.to_owned(),
+        last_name: text(2)?.to_owned(),
+        amount: Currency::from_scaled(r.get(3)?),
+        birth_date: parse_date(text(4)?).ok_or_else(|| bad(4))?,
+        last_change: parse_datetime(text(5)?).ok_or_else(|| bad(5))?,
+        created_at: parse_datetime(text(6)?).ok_or_else(|| bad(6))?,
+    })
+}
+
+impl Target for RawTarget {
+    fn insert(&mut self, mode: Mode, rows: Vec<Sample>) -> Result<Vec<i64>, String> {
+        match mode {
+            Mode::Direct => self.one_by_one(&rows),
+            Mode::Batch => self.multi_row(&rows),
+            Mode::Trans => self.in_tx(|| self.one_by_one(&rows)),
+            Mode::BatchTrans => self.in_tx(|| self.multi_row(&rows)),
+            Mode::ByOne | Mode::AllDirect => return Err("not an insert mode".into()),
+        }
+        .map_err(err)
+    }
+
+    fn read(&mut self, mode: Mode, n: usize) -> Result<Vec<Sample>, String> {
+        match mode {
+            Mode::ByOne => {
+                let mut stmt = self
+                    .conn
+                    .prepare(&format!("{RAW_SELECT} WHERE ID=?"))
+                    .map_err(err)?;
+                (1..=n as i64)
+                    .map(|id| stmt.query_row(params![id], raw_row).map_err(err))
+                    .collect()
+            }
+            Mode::AllDirect => {
+                let mut stmt = self.conn.prepare(RAW_SELECT).map_err(err)?;
+                let rows = stmt.query_map([], raw_row).map_err(err)?;
+                rows.collect::<rusqlite::Result<_>>().map_err(err)
+            }
+            _ => Err("not a read mode".into()),
+        }
+    }
+
+    fn verify(&self, f: &dyn Fn(&Connection) -> Result<(), String>) -> Result<(), String> {
+        f(&self.conn)
+    }
+}

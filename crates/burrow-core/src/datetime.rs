@@ -1,0 +1,204 @@
+//! The text forms of dates and date-times that SQL engines store.
+//!
+//! Dates are `YYYY-MM-DD`; date-times are UTC `YYYY-MM-DDThh:mm:ss` followed by a
+//! fraction of a second only when it is not zero, with trailing zeros dropped. Both
+//! sort as text in time order, SQLite's date functions read them, and they are the
+//! forms mORMot peers use. They are written and parsed by hand because they sit on
+//! the per-row path and chrono's general-purpose formatter costs several times more
+//! than these fixed layouts.
+
+use chrono::{DateTime, Datelike, NaiveDate, NaiveDateTime, NaiveTime, Timelike, Utc};
+
+/// Room for the longest date-time this module writes.
+pub const DATETIME_BUF: usize = 32;
+
+fn put2(buf: &mut [u8], at: usize, v: u32) {
+    buf[at] = b'0' + (v / 10) as u8;
+    buf[at + 1] = b'0' + (v % 10) as u8;
+}
+
+fn put_date(buf: &mut [u8], d: NaiveDate) -> usize {
+    let y = d.year();
+    if !(0..=9999).contains(&y) {
+        // Outside four digits: fall back to chrono's signed, extended-year form.
+        let s = d.format("%Y-%m-%d").to_string();
+        buf[..s.len()].copy_from_slice(s.as_bytes());
+        return s.len();
+    }
+    let y = y as u32;
+    put2(buf, 0, y / 100);
+    put2(buf, 2, y % 100);
+    buf[4] = b'-';
+    put2(buf, 5, d.month());
+    buf[7] = b'-';
+    put2(buf, 8, d.day());
+    10
+}
+
+/// Writes `d` as `YYYY-MM-DD` into `buf` and returns the text.
+pub fn write_date(d: NaiveDate, buf: &mut [u8; DATETIME_BUF]) -> &str {
+    let n = put_date(buf, d);
+    std::str::from_utf8(&buf[..n]).expect("ASCII digits")
+}
+
+/// Writes `t` as `YYYY-MM-DDThh:mm:ss[.fraction]` into `buf` and returns the text.
+pub fn write_datetime(t: DateTime<Utc>, buf: &mut [u8; DATETIME_BUF]) -> &str {
+    let mut n = put_date(buf, t.date_naive());
+    buf[n] = b'T';
+    put2(buf, n + 1, t.hour());
+    buf[n + 3] = b':';
+    put2(buf, n + 4, t.minute());
+    buf[n + 6] = b':';
+    // A leap second shows as nanosecond >= 1e9; it is kept as second 60.
+    let nanos = t.nanosecond();
+    let (sec, mut frac) = if nanos >= 1_000_000_000 {
+        (60, nanos - 1_000_000_000)
+    } else {
+        (t.second(), nanos)
+    };
+    put2(buf, n + 7, sec);
+    n += 9;
+    if frac != 0 {
+        let mut digits = 9;
+        while frac % 10 == 0 {
+            frac /= 10;
+            digits -= 1;
+        }
+        buf[n] = b'.';
+        for i in (0..digits).rev() {
+            buf[n + 1 + i] = b'0' + (frac % 10) as u8;
+            frac /= 10;
+        }
+        n += 1 + digits;
+    }
+    std::str::from_utf8(&buf[..n]).expect("ASCII digits")
+}
+
+/// `d` as `YYYY-MM-DD`.
+pub fn format_date(d: NaiveDate) -> String {
+    write_date(d, &mut [0; DATETIME_BUF]).to_owned()
+}
+
+/// `t` as `YYYY-MM-DDThh:mm:ss[.fraction]`.
+pub fn format_datetime(t: DateTime<Utc>) -> String {
+    write_datetime(t, &mut [0; DATETIME_BUF]).to_owned()
+}
+
+fn num(b: &[u8]) -> Option<u32> {
+    b.iter().try_fold(0u32, |acc, &c| {
+        c.is_ascii_digit().then(|| acc * 10 + u32::from(c - b'0'))
+    })
+}
+
+/// Parses `YYYY-MM-DD`.
+pub fn parse_date(s: &str) -> Option<NaiveDate> {
+    let b = s.as_bytes();
+    if b.first().is_some_and(|c| *c == b'+' || *c == b'-') {
+        // Extended years, as written by chrono for years beyond 0..=9999.
+        return NaiveDate::parse_from_str(s, "%Y-%m-%d").ok();
+    }
+    if b.len() != 10 || b[4] != b'-' || b[7] != b'-' {
+        return None;
+    }
+    NaiveDate::from_ymd_opt(num(&b[0..4])? as i32, num(&b[5..7])?, num(&b[8..10])?)
+}
+
+/// Parses `YYYY-MM-DD[T| ]hh:mm[:ss[.fraction]]` with an optional `Z` or `+00:00`,
+/// read as UTC; a date alone is midnight. Other offsets are converted to UTC.
+pub fn parse_datetime(s: &str) -> Option<DateTime<Utc>> {
+    let b = s.as_bytes();
+    if b.len() == 10 {
+        return parse_date(s).map(|d| d.and_time(NaiveTime::MIN).and_utc());
+    }
+    if b.len() < 16 || !(b[10] == b'T' || b[10] == b' ') || b[13] != b':' {
+        return DateTime::parse_from_rfc3339(s)
+            .ok()
+            .map(|t| t.with_timezone(&Utc));
+    }
+    let date = parse_date(&s[..10])?;
+    let (hour, min) = (num(&b[11..13])?, num(&b[14..16])?);
+    let mut rest = &b[16..];
+    let (mut sec, mut nanos) = (0, 0);
+    if let [b':', s1, s2, tail @ ..] = rest {
+        sec = num(&[*s1, *s2])?;
+        rest = tail;
+        if let [b'.', tail @ ..] = rest {
+            let digits = tail.iter().take_while(|c| c.is_ascii_digit()).count();
+            if digits == 0 || digits > 9 {
+                return None;
+            }
+            nanos = num(&tail[..digits])? * 10u32.pow(9 - digits as u32);
+            rest = &tail[digits..];
+        }
+    }
+    match rest {
+        [] | [b'Z'] | b"+00:00" => {}
+        _ => {
+            return DateTime::parse_from_rfc3339(s)
+                .ok()
+                .map(|t| t.with_timezone(&Utc))
+        }
+    }
+    let (sec, nanos) = if sec == 60 {
+        (59, nanos + 1_000_000_000)
+    } else {
+        (sec, nanos)
+    };
+    let time = NaiveTime::from_hms_nano_opt(hour, min, sec, nanos)?;
+    Some(NaiveDateTime::new(date, time).and_utc())
+}
+
+#[cfg(test)]
+mod test {
+    use super::*;
+
+    #[test]
+    fn dates_round_trip() {
+        for s in ["2024-02-29", "0001-01-01", "9999-12-31", "1970-01-01"] {
+            let d = parse_date(s).unwrap();
+            assert_eq!(format_date(d), s);
+        }
+        assert_eq!(parse_date("2023-02-29"), None);
+        assert_eq!(parse_date("2023-1-5"), None);
+        assert_eq!(parse_date("garbage!!!"), None);
+    }
+
+    #[test]
+    fn datetimes_round_trip_to_the_nanosecond() {
+        for s in [
+            "2024-02-29T23:59:59",
+            "2024-02-29T23:59:59.5",
+            "2024-02-29T00:00:00.000000001",
+            "1999-12-31T12:34:56.123456789",
+        ] {
+            let t = parse_datetime(s).unwrap();
+            assert_eq!(format_datetime(t), s);
+        }
+        let now = Utc::now();
+        assert_eq!(parse_datetime(&format_datetime(now)), Some(now));
+    }
+
+    #[test]
+    fn datetimes_accept_common_variants() {
+        let t = parse_datetime("2024-01-02T03:04:05").unwrap();
+        assert_eq!(parse_datetime("2024-01-02 03:04:05Z"), Some(t));
+        assert_eq!(parse_datetime("2024-01-02T05:04:05+02:00"), Some(t));
+        assert_eq!(
+            parse_datetime("2024-01-02"),
+            parse_datetime("2024-01-02T00:00:00")
+        );
+        assert_eq!(parse_datetime("2024-01-02T25:00:00"), None);
+        assert_eq!(parse_datetime("2024-01-02T03:04:05.1234567890"), None);
+    }
+
+    #[test]
+    fn text_order_is_time_order() {
+        let a = format_datetime(parse_datetime("2024-01-01T00:00:56").unwrap());
+        let b = format_datetime(parse_datetime("2024-01-01T00:00:56.5").unwrap());
+        let c = format_datetime(parse_datetime("2024-01-01T00:00:56.123").unwrap());
+        let d = format_datetime(parse_datetime("2024-01-01T00:00:57").unwrap());
+        let mut v = vec![d.clone(), b.clone(), a.clone(), c.clone()];
+        v.sort();
+        assert_eq!(v, vec![a, c, b, d]);
+    }
+}

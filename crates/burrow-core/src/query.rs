@@ -1,0 +1,121 @@
+//! Queries: a WHERE with parameters, ORDER BY, LIMIT and OFFSET.
+
+use crate::error::{Error, Result};
+use crate::filter::Filter;
+use crate::schema::{Column, Table};
+use crate::value::Value;
+
+/// What to read: built by the application, checked against a table before any
+/// engine sees it.
+///
+/// ```
+/// use burrow_core::Query;
+/// let q = Query::filter("LastName = ? AND Amount > ?", burrow_core::params!["Dupont", 10])
+///     .order_by("FirstName")
+///     .desc()
+///     .limit(20)
+///     .offset(40);
+/// ```
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Query {
+    where_text: String,
+    params: Vec<Value>,
+    order: Vec<(String, bool)>,
+    limit: Option<u64>,
+    offset: u64,
+}
+
+impl Query {
+    /// Every row.
+    pub fn all() -> Self {
+        Query::default()
+    }
+
+    /// Rows matching `where_text`, with `params` bound to its `?` in order.
+    pub fn filter(where_text: impl Into<String>, params: Vec<Value>) -> Self {
+        Query {
+            where_text: where_text.into(),
+            params,
+            ..Query::default()
+        }
+    }
+
+    /// Adds an ascending sort on `field` (after any earlier ones).
+    pub fn order_by(mut self, field: impl Into<String>) -> Self {
+        self.order.push((field.into(), false));
+        self
+    }
+
+    /// Makes the last sort descending.
+    pub fn desc(mut self) -> Self {
+        if let Some(last) = self.order.last_mut() {
+            last.1 = true;
+        }
+        self
+    }
+
+    /// At most `n` rows.
+    pub fn limit(mut self, n: u64) -> Self {
+        self.limit = Some(n);
+        self
+    }
+
+    /// Skips the first `n` rows.
+    pub fn offset(mut self, n: u64) -> Self {
+        self.offset = n;
+        self
+    }
+
+    /// Checks the query against `table`: every name must be a column, every
+    /// parameter of the right type.
+    pub fn resolve(&self, table: &Table) -> Result<Select> {
+        let filter = Filter::parse(table, &self.where_text, &self.params)?;
+        let order = self
+            .order
+            .iter()
+            .map(|(name, desc)| {
+                table
+                    .column(name)
+                    .map(|c| (c, *desc))
+                    .ok_or_else(|| Error::UnknownField {
+                        table: table.name,
+                        field: name.clone(),
+                    })
+            })
+            .collect::<Result<_>>()?;
+        Ok(Select {
+            filter,
+            order,
+            limit: self.limit,
+            offset: self.offset,
+        })
+    }
+}
+
+/// A query checked against its table: what engines receive.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Select {
+    /// The rows to read.
+    pub filter: Filter,
+    /// Sort columns, `true` for descending.
+    pub order: Vec<(Column, bool)>,
+    /// At most this many rows.
+    pub limit: Option<u64>,
+    /// Rows skipped first.
+    pub offset: u64,
+}
+
+impl Select {
+    /// Every row, in no particular order.
+    pub fn all() -> Self {
+        Select::default()
+    }
+
+    /// Rows matching `filter`.
+    pub fn filtered(filter: Filter) -> Self {
+        Select {
+            filter,
+            ..Select::default()
+        }
+    }
+}

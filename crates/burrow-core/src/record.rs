@@ -1,0 +1,418 @@
+//! Records: the structs an application declares, and the per-field conversions
+//! that move them to and from engines without an intermediate map.
+
+use std::borrow::Cow;
+use std::fmt;
+use std::marker::PhantomData;
+
+use chrono::{DateTime, NaiveDate, Utc};
+use serde::{de::DeserializeOwned, Serialize};
+
+use crate::currency::Currency;
+use crate::datetime::{parse_date, parse_datetime};
+use crate::error::{Error, Result};
+use crate::schema::{AutoTime, FieldKind, Table};
+use crate::value::ValueRef;
+
+/// A struct stored as a row of a table. Implemented by `#[derive(Record)]`.
+///
+/// Field indexes are positions in [`Table::fields`]; the ID is not a field.
+pub trait Record: Sized + Send + Sync + 'static {
+    /// The table's name, usable in constant contexts (see [`Ref`]).
+    const TABLE_NAME: &'static str;
+
+    /// The table description, one static per type.
+    fn table() -> &'static Table;
+
+    /// The ID (0 before the record is added).
+    fn id(&self) -> i64;
+
+    /// Sets the ID.
+    fn set_id(&mut self, id: i64);
+
+    /// The value of the field at `idx`, borrowed where possible.
+    fn field(&self, idx: usize) -> ValueRef<'_>;
+
+    /// Sets the field at `idx`, converting `value` to the field's type.
+    fn set_field(&mut self, idx: usize, value: ValueRef<'_>) -> Result<()>;
+
+    /// Builds a record from a row whose columns follow [`Table::fields`].
+    fn from_row(row: &dyn Row) -> Result<Self>;
+
+    /// Overwrites this record from a row, reusing its text and blob buffers: the
+    /// streaming reads call this on one record for every row.
+    fn read_row(&mut self, row: &dyn Row) -> Result<()> {
+        self.set_id(row.id()?);
+        for idx in 0..Self::table().fields.len() {
+            self.set_field(idx, row.get(idx)?)?;
+        }
+        Ok(())
+    }
+
+    /// Fills the automatic time fields: `Modified` always, `Created` on insert.
+    fn stamp(&mut self, now: DateTime<Utc>, inserting: bool) {
+        for (idx, f) in Self::table().fields.iter().enumerate() {
+            let set = match f.auto {
+                AutoTime::No => false,
+                AutoTime::Created => inserting,
+                AutoTime::Modified => true,
+            };
+            if set {
+                // A time field always accepts a time value.
+                let _ = self.set_field(idx, ValueRef::DateTime(now));
+            }
+        }
+    }
+}
+
+/// A record seen through its table, without its type: what engines receive.
+pub trait Fields {
+    /// The table.
+    fn table(&self) -> &'static Table;
+    /// The ID (0 when not assigned).
+    fn id(&self) -> i64;
+    /// The value of the field at `idx`.
+    fn field(&self, idx: usize) -> ValueRef<'_>;
+}
+
+impl<T: Record> Fields for T {
+    fn table(&self) -> &'static Table {
+        T::table()
+    }
+    fn id(&self) -> i64 {
+        Record::id(self)
+    }
+    fn field(&self, idx: usize) -> ValueRef<'_> {
+        Record::field(self, idx)
+    }
+}
+
+/// A row being read from an engine; columns follow [`Table::fields`].
+pub trait Row {
+    /// The row's ID.
+    fn id(&self) -> Result<i64>;
+    /// The value of field `idx`.
+    fn get(&self, idx: usize) -> Result<ValueRef<'_>>;
+}
+
+/// Why a value could not become a field's type.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ConvertError {
+    /// What the field expected.
+    pub expected: &'static str,
+    /// What it got (a type name, or the offending text).
+    pub found: String,
+}
+
+impl ConvertError {
+    fn new(expected: &'static str, v: &ValueRef<'_>) -> Self {
+        let found = match v {
+            ValueRef::Text(t) if t.len() <= 40 => format!("text {t:?}"),
+            other => other.type_name().to_owned(),
+        };
+        ConvertError { expected, found }
+    }
+
+    /// Names the field it happened to, as an [`Error::TypeMismatch`].
+    pub fn at(self, table: &Table, idx: usize) -> Error {
+        Error::TypeMismatch {
+            at: format!("{}.{}", table.name, table.fields[idx].name),
+            expected: self.expected,
+            found: self.found,
+        }
+    }
+}
+
+impl fmt::Display for ConvertError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "expected {}, got {}", self.expected, self.found)
+    }
+}
+
+/// A Rust type that can be a record field.
+pub trait FieldType: Sized {
+    /// How engines store it.
+    const KIND: FieldKind;
+    /// Whether it may be NULL.
+    const NULLABLE: bool = false;
+    /// The value to bind, borrowed where possible.
+    fn to_value(&self) -> ValueRef<'_>;
+    /// Converts a value read from an engine or the wire.
+    fn from_value(v: ValueRef<'_>) -> Result<Self, ConvertError>;
+    /// Overwrites `self`; text and blob types reuse their buffer.
+    fn assign(&mut self, v: ValueRef<'_>) -> Result<(), ConvertError> {
+        *self = Self::from_value(v)?;
+        Ok(())
+    }
+}
+
+macro_rules! int_field {
+    ($($t:ty => $kind:ident),*) => {$(
+        impl FieldType for $t {
+            const KIND: FieldKind = FieldKind::$kind;
+            fn to_value(&self) -> ValueRef<'_> {
+                ValueRef::Int(i64::from(*self))
+            }
+            fn from_value(v: ValueRef<'_>) -> Result<Self, ConvertError> {
+                match v {
+                    ValueRef::Int(i) => <$t>::try_from(i).map_err(|_| ConvertError {
+                        expected: stringify!($t),
+                        found: format!("{i}, out of range"),
+                    }),
+                    ValueRef::Bool(b) => Ok(<$t>::from(b)),
+                    other => Err(ConvertError::new(stringify!($t), &other)),
+                }
+            }
+        }
+    )*};
+}
+
+int_field!(i64 => I64, i32 => I32, u32 => U32);
+
+impl FieldType for f64 {
+    const KIND: FieldKind = FieldKind::F64;
+    fn to_value(&self) -> ValueRef<'_> {
+        ValueRef::Real(*self)
+    }
+    fn from_value(v: ValueRef<'_>) -> Result<Self, ConvertError> {
+        match v {
+            ValueRef::Real(f) => Ok(f),
+            ValueRef::Int(i) => Ok(i as f64),
+            ValueRef::Currency(c) => Ok(c.to_f64()),
+            other => Err(ConvertError::new("f64", &other)),
+        }
+    }
+}
+
+impl FieldType for bool {
+    const KIND: FieldKind = FieldKind::Bool;
+    fn to_value(&self) -> ValueRef<'_> {
+        ValueRef::Bool(*self)
+    }
+    fn from_value(v: ValueRef<'_>) -> Result<Self, ConvertError> {
+        match v {
+            ValueRef::Bool(b) => Ok(b),
+            ValueRef::Int(0) => Ok(false),
+            ValueRef::Int(1) => Ok(true),
+            other => Err(ConvertError::new("bool", &other)),
+        }
+    }
+}
+
+impl FieldType for Currency {
+    const KIND: FieldKind = FieldKind::Currency;
+    fn to_value(&self) -> ValueRef<'_> {
+        ValueRef::Currency(*self)
+    }
+    fn from_value(v: ValueRef<'_>) -> Result<Self, ConvertError> {
+        match v {
+            ValueRef::Currency(c) => Ok(c),
+            // Engines store the scaled integer.
+            ValueRef::Int(i) => Ok(Currency::from_scaled(i)),
+            ValueRef::Text(ref t) => t.parse().map_err(|_| ConvertError::new("currency", &v)),
+            other => Err(ConvertError::new("currency", &other)),
+        }
+    }
+}
+
+impl FieldType for String {
+    const KIND: FieldKind = FieldKind::Text;
+    fn to_value(&self) -> ValueRef<'_> {
+        ValueRef::Text(Cow::Borrowed(self))
+    }
+    fn from_value(v: ValueRef<'_>) -> Result<Self, ConvertError> {
+        match v {
+            ValueRef::Text(t) => Ok(t.into_owned()),
+            other => Err(ConvertError::new("text", &other)),
+        }
+    }
+    fn assign(&mut self, v: ValueRef<'_>) -> Result<(), ConvertError> {
+        match v {
+            ValueRef::Text(t) => {
+                self.clear();
+                self.push_str(&t);
+                Ok(())
+            }
+            other => Err(ConvertError::new("text", &other)),
+        }
+    }
+}
+
+impl FieldType for Vec<u8> {
+    const KIND: FieldKind = FieldKind::Blob;
+    fn to_value(&self) -> ValueRef<'_> {
+        ValueRef::Blob(self)
+    }
+    fn from_value(v: ValueRef<'_>) -> Result<Self, ConvertError> {
+        match v {
+            ValueRef::Blob(b) => Ok(b.to_vec()),
+            other => Err(ConvertError::new("blob", &other)),
+        }
+    }
+    fn assign(&mut self, v: ValueRef<'_>) -> Result<(), ConvertError> {
+        match v {
+            ValueRef::Blob(b) => {
+                self.clear();
+                self.extend_from_slice(b);
+                Ok(())
+            }
+            other => Err(ConvertError::new("blob", &other)),
+        }
+    }
+}
+
+impl FieldType for NaiveDate {
+    const KIND: FieldKind = FieldKind::Date;
+    fn to_value(&self) -> ValueRef<'_> {
+        ValueRef::Date(*self)
+    }
+    fn from_value(v: ValueRef<'_>) -> Result<Self, ConvertError> {
+        match v {
+            ValueRef::Date(d) => Ok(d),
+            ValueRef::Text(ref t) => parse_date(t).ok_or_else(|| ConvertError::new("date", &v)),
+            other => Err(ConvertError::new("date", &other)),
+        }
+    }
+}
+
+impl FieldType for DateTime<Utc> {
+    const KIND: FieldKind = FieldKind::DateTime;
+    fn to_value(&self) -> ValueRef<'_> {
+        ValueRef::DateTime(*self)
+    }
+    fn from_value(v: ValueRef<'_>) -> Result<Self, ConvertError> {
+        match v {
+            ValueRef::DateTime(d) => Ok(d),
+            ValueRef::Text(ref t) => {
+                parse_datetime(t).ok_or_else(|| ConvertError::new("date-time", &v))
+            }
+            other => Err(ConvertError::new("date-time", &other)),
+        }
+    }
+}
+
+impl<T: FieldType> FieldType for Option<T> {
+    const KIND: FieldKind = T::KIND;
+    const NULLABLE: bool = true;
+    fn to_value(&self) -> ValueRef<'_> {
+        self.as_ref().map_or(ValueRef::Null, T::to_value)
+    }
+    fn from_value(v: ValueRef<'_>) -> Result<Self, ConvertError> {
+        match v {
+            ValueRef::Null => Ok(None),
+            v => T::from_value(v).map(Some),
+        }
+    }
+    fn assign(&mut self, v: ValueRef<'_>) -> Result<(), ConvertError> {
+        match (self.as_mut(), v) {
+            (_, ValueRef::Null) => *self = None,
+            (Some(inner), v) => inner.assign(v)?,
+            (None, v) => *self = Some(T::from_value(v)?),
+        }
+        Ok(())
+    }
+}
+
+fn json_text<'a>(v: &impl Serialize) -> ValueRef<'a> {
+    // Serializing an in-memory JSON value or a derived Serialize type only fails
+    // for maps with non-string keys; such a value is stored as JSON null.
+    ValueRef::Text(Cow::Owned(
+        serde_json::to_string(v).unwrap_or_else(|_| "null".to_owned()),
+    ))
+}
+
+fn json_parse<T: DeserializeOwned>(v: ValueRef<'_>) -> Result<T, ConvertError> {
+    match v {
+        ValueRef::Text(ref t) => serde_json::from_str(t).map_err(|e| ConvertError {
+            expected: "JSON",
+            found: format!("invalid JSON ({e})"),
+        }),
+        other => Err(ConvertError::new("JSON text", &other)),
+    }
+}
+
+impl FieldType for serde_json::Value {
+    const KIND: FieldKind = FieldKind::Json;
+    fn to_value(&self) -> ValueRef<'_> {
+        json_text(self)
+    }
+    fn from_value(v: ValueRef<'_>) -> Result<Self, ConvertError> {
+        json_parse(v)
+    }
+}
+
+/// Any `Serialize + Deserialize` value stored as JSON text in one field.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, Default)]
+pub struct Json<T>(pub T);
+
+impl<T: Serialize + DeserializeOwned> FieldType for Json<T> {
+    const KIND: FieldKind = FieldKind::Json;
+    fn to_value(&self) -> ValueRef<'_> {
+        json_text(&self.0)
+    }
+    fn from_value(v: ValueRef<'_>) -> Result<Self, ConvertError> {
+        json_parse(v).map(Json)
+    }
+}
+
+/// The ID of a record of table `T`: a typed foreign key.
+pub struct Ref<T> {
+    id: i64,
+    _to: PhantomData<fn() -> T>,
+}
+
+impl<T> Ref<T> {
+    /// A reference to the record with this ID.
+    pub const fn new(id: i64) -> Self {
+        Ref {
+            id,
+            _to: PhantomData,
+        }
+    }
+
+    /// The referenced ID.
+    pub const fn id(&self) -> i64 {
+        self.id
+    }
+}
+
+impl<T> Clone for Ref<T> {
+    fn clone(&self) -> Self {
+        *self
+    }
+}
+impl<T> Copy for Ref<T> {}
+impl<T> PartialEq for Ref<T> {
+    fn eq(&self, o: &Self) -> bool {
+        self.id == o.id
+    }
+}
+impl<T> Eq for Ref<T> {}
+impl<T> std::hash::Hash for Ref<T> {
+    fn hash<H: std::hash::Hasher>(&self, h: &mut H) {
+        self.id.hash(h)
+    }
+}
+impl<T> Default for Ref<T> {
+    fn default() -> Self {
+        Ref::new(0)
+    }
+}
+impl<T: Record> fmt::Debug for Ref<T> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}#{}", T::TABLE_NAME, self.id)
+    }
+}
+
+impl<T: Record> FieldType for Ref<T> {
+    const KIND: FieldKind = FieldKind::Reference(T::TABLE_NAME);
+    fn to_value(&self) -> ValueRef<'_> {
+        ValueRef::Int(self.id)
+    }
+    fn from_value(v: ValueRef<'_>) -> Result<Self, ConvertError> {
+        match v {
+            ValueRef::Int(i) => Ok(Ref::new(i)),
+            other => Err(ConvertError::new("reference ID", &other)),
+        }
+    }
+}

@@ -1,0 +1,108 @@
+//! How a SQLite database is opened, and what each speed option risks.
+
+use std::path::PathBuf;
+use std::time::Duration;
+
+/// `PRAGMA synchronous`: when SQLite waits for the disk.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Synchronous {
+    /// Waits for the disk at every commit (and, with WAL off, at key points of
+    /// it). A committed transaction survives a power cut. The default.
+    #[default]
+    Full,
+    /// With WAL: a commit may be lost on a power cut (never on a crash of the
+    /// process), but the database stays consistent. Without WAL: as `Full` minus
+    /// some syncs, with a small risk of corruption on a power cut.
+    Normal,
+    /// Never waits for the disk. An operating-system crash or power cut can
+    /// lose recent commits **and corrupt the database file**. A crash of the
+    /// process alone loses nothing committed. Much faster for many small commits.
+    Off,
+}
+
+/// `PRAGMA locking_mode`: whether the file is shared with other processes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum LockingMode {
+    /// Other processes may open the same file. The default.
+    #[default]
+    Normal,
+    /// This process keeps the file locked from its first write until it closes
+    /// it: no other process can read or write it meanwhile. Saves the lock and
+    /// cache-check work of every transaction; no risk to the data.
+    Exclusive,
+}
+
+/// Where and how to open a SQLite database. Every speed option is off by default;
+/// each documents what it risks.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SqliteOptions {
+    pub(crate) path: Option<PathBuf>,
+    pub(crate) synchronous: Synchronous,
+    pub(crate) locking_mode: LockingMode,
+    pub(crate) wal: bool,
+    pub(crate) cache_size_kib: Option<u32>,
+    pub(crate) busy_timeout: Duration,
+}
+
+impl SqliteOptions {
+    /// A database file, created if missing.
+    pub fn file(path: impl Into<PathBuf>) -> Self {
+        SqliteOptions {
+            path: Some(path.into()),
+            ..SqliteOptions::memory()
+        }
+    }
+
+    /// A private in-memory database, gone when the engine is dropped.
+    pub fn memory() -> Self {
+        SqliteOptions {
+            path: None,
+            synchronous: Synchronous::Full,
+            locking_mode: LockingMode::Normal,
+            wal: false,
+            cache_size_kib: None,
+            busy_timeout: Duration::from_secs(5),
+        }
+    }
+
+    /// Sets `PRAGMA synchronous` (see [`Synchronous`] for the risks).
+    pub fn synchronous(mut self, s: Synchronous) -> Self {
+        self.synchronous = s;
+        self
+    }
+
+    /// Sets `PRAGMA locking_mode` (see [`LockingMode`]).
+    pub fn locking_mode(mut self, m: LockingMode) -> Self {
+        self.locking_mode = m;
+        self
+    }
+
+    /// Shorthand for [`LockingMode::Exclusive`].
+    pub fn exclusive(self) -> Self {
+        self.locking_mode(LockingMode::Exclusive)
+    }
+
+    /// Uses the write-ahead log instead of the rollback journal. Commits write
+    /// less and readers in other processes do not block the writer. Safe with
+    /// `Full`; with `Normal` a power cut may lose the last commits. The file
+    /// then needs its `-wal` and `-shm` companions and must not sit on a network
+    /// file system. Off by default.
+    pub fn wal(mut self, on: bool) -> Self {
+        self.wal = on;
+        self
+    }
+
+    /// Sets the page cache size in KiB (SQLite's default is 2,000 KiB). No risk;
+    /// costs memory.
+    pub fn cache_size_kib(mut self, kib: u32) -> Self {
+        self.cache_size_kib = Some(kib);
+        self
+    }
+
+    /// How long a statement waits for another process's lock before failing
+    /// with "database is locked" (default 5 s).
+    pub fn busy_timeout(mut self, t: Duration) -> Self {
+        self.busy_timeout = t;
+        self
+    }
+}

@@ -1,0 +1,17 @@
+#![doc = include_str!("../../../README.md")]
+//!
+//! # Crate layout
+//!
+//! Everything an application needs is re-exported here, flat: the [`Record`]
+//! derive and trait, [`Orm`], [`Client`], [`Model`], [`Query`], [`Batch`],
+//! [`Value`], [`Currency`], [`Error`]. Engines live behind cargo features:
+//! `sqlite` (default) adds [`sqlite::SqliteEngine`].
+
+pub use burrow_core::*;
+pub use burrow_derive::Record;
+
+/// The embedded SQLite engine (feature `sqlite`).
+#[cfg(feature = "sqlite")]
+pub mod sqlite {
+    pub use burrow_sqlite::{rusqlite, LockingMode, SqliteEngine, SqliteOptions, Synchronous};
+}
