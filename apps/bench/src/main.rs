@@ -17,6 +17,7 @@ use std::process::ExitCode;
 use std::time::Instant;
 
 use burrow::chrono::Utc;
+use burrow::sqlite::Synchronous;
 use clap::Parser;
 use indicatif::{ProgressBar, ProgressStyle};
 
@@ -95,45 +96,40 @@ fn run(args: &Args) -> Result<(), String> {
     let mut cells = Vec::new();
     let mut serial = 0;
     for cfg in &engines {
-        for baseline in [false, true] {
-            for mode in Mode::INSERTS.iter().chain(&Mode::READS) {
-                let n = if cfg.file && cfg.sync == burrow::sqlite::Synchronous::Full && *mode == Mode::Direct {
-                    args.full_direct_rows.clamp(1, args.rows)
-                } else {
-                    args.rows
-                };
-                let mut best = 0f64;
-                for _ in 0..args.repeat {
-                    bar.set_message(format!(
-                        "{} {}{}",
-                        cfg.id,
-                        mode.id(),
-                        if baseline { " (raw)" } else { "" }
-                    ));
+        for mode in Mode::INSERTS.iter().chain(&Mode::READS) {
+            let n = if cfg.file && cfg.sync == Synchronous::Full && *mode == Mode::Direct {
+                args.full_direct_rows.clamp(1, args.rows)
+            } else {
+                args.rows
+            };
+            // ORM and raw runs alternate, so that drift in the machine's speed
+            // during the run affects both sides of a ratio alike.
+            let mut best = [0f64; 2];
+            for _ in 0..args.repeat {
+                for baseline in [false, true] {
+                    let label = format!("{} {}{}", cfg.id, mode.id(), if baseline { " (raw)" } else { "" });
+                    bar.set_message(label.clone());
                     serial += 1;
                     let path = cfg.file.then(|| dir.path().join(format!("bench-{serial}.db")));
-                    let rate = run_cell(cfg, *mode, baseline, n, path.as_deref()).map_err(|e| {
-                        format!(
-                            "{} {}{}: {e}",
-                            cfg.id,
-                            mode.id(),
-                            if baseline { " (raw)" } else { "" }
-                        )
-                    })?;
+                    let rate = run_cell(cfg, *mode, baseline, n, path.as_deref())
+                        .map_err(|e| format!("{label}: {e}"))?;
                     if let Some(p) = path {
                         for suffix in ["", "-journal", "-wal", "-shm"] {
                             let _ = std::fs::remove_file(format!("{}{suffix}", p.display()));
                         }
                     }
-                    best = best.max(rate);
+                    let slot = &mut best[usize::from(baseline)];
+                    *slot = slot.max(rate);
                     bar.inc(1);
                 }
+            }
+            for baseline in [false, true] {
                 cells.push(Cell {
                     engine: cfg.id,
                     mode: *mode,
                     baseline,
                     rows: n,
-                    rows_per_sec: best,
+                    rows_per_sec: best[usize::from(baseline)],
                 });
             }
         }

@@ -23,6 +23,7 @@
 //! table, existing rows getting the type's zero value; a column whose stored
 //! type disagrees with the record is a [`burrow_core::Error::Schema`].
 
+mod hot;
 mod options;
 mod schema;
 mod sql;
@@ -30,6 +31,7 @@ mod sql;
 use std::sync::{Condvar, Mutex, MutexGuard, PoisonError};
 use std::thread::{self, ThreadId};
 
+use burrow_core::chrono::{DateTime, Utc};
 use burrow_core::datetime::{parse_date, parse_datetime, write_date, write_datetime, DATETIME_BUF};
 use burrow_core::{
     BatchItem, BatchOp, BatchResult, Column, Currency, Error, FieldKind, Fields,
@@ -41,6 +43,7 @@ use rusqlite::{Connection, Statement};
 pub use options::{LockingMode, SqliteOptions, Synchronous};
 pub use rusqlite;
 
+use hot::Hot;
 use sql::TableSql;
 
 const ENGINE: &str = "sqlite";
@@ -54,10 +57,41 @@ pub struct SqliteEngine {
 }
 
 struct Inner {
-    conn: Connection,
+    /// Kept statements, one per table of `tables`; declared before `conn` so that
+    /// they are finalized first (the contract of [`Hot`]).
+    hot: Vec<Hot>,
+    tables: Vec<TableSql>,
+    /// Boxed so that the kept statements' pointer to it stays valid.
+    conn: Box<Connection>,
     /// The thread whose transaction is open.
     owner: Option<ThreadId>,
-    tables: Vec<TableSql>,
+    /// The last date-time written as text: a record's creation and modification
+    /// times, and every row of a batch, share one instant.
+    last_time: TimeText,
+}
+
+// SAFETY: `Inner` owns its connection and the statements that borrow it (see
+// `Hot`); it is only reached through the engine's mutex, so they move between
+// threads together and are never used from two threads at once, which SQLite's
+// multi-thread mode (rusqlite's default open flags) allows.
+#[allow(unsafe_code)]
+unsafe impl Send for Inner {}
+
+/// A date-time and its text form.
+struct TimeText {
+    at: Option<DateTime<Utc>>,
+    buf: [u8; DATETIME_BUF],
+    len: usize,
+}
+
+impl TimeText {
+    fn text(&mut self, t: DateTime<Utc>) -> &[u8] {
+        if self.at != Some(t) {
+            self.len = write_datetime(t, &mut self.buf).len();
+            self.at = Some(t);
+        }
+        &self.buf[..self.len]
+    }
 }
 
 impl SqliteEngine {
@@ -93,9 +127,15 @@ impl SqliteEngine {
         conn.execute_batch(&pragmas).map_err(eng)?;
         Ok(SqliteEngine {
             inner: Mutex::new(Inner {
-                conn,
-                owner: None,
+                hot: Vec::new(),
                 tables: Vec::new(),
+                conn: Box::new(conn),
+                owner: None,
+                last_time: TimeText {
+                    at: None,
+                    buf: [0; DATETIME_BUF],
+                    len: 0,
+                },
             }),
             tx_ended: Condvar::new(),
             options,
@@ -131,7 +171,7 @@ impl SqliteEngine {
     fn lock(&self) -> MutexGuard<'_, Inner> {
         let mut g = self.inner.lock().unwrap_or_else(PoisonError::into_inner);
         if g.owner.is_some() {
-            let me = thread::current().id();
+            let me = current_thread();
             while g.owner.is_some_and(|o| o != me) {
                 g = self
                     .tx_ended
@@ -141,6 +181,13 @@ impl SqliteEngine {
         }
         g
     }
+}
+
+/// The calling thread's ID, read once per thread (`thread::current()` clones
+/// an `Arc` on every call, and transactions ask on every statement).
+fn current_thread() -> ThreadId {
+    thread_local!(static ID: ThreadId = thread::current().id());
+    ID.with(|id| *id)
 }
 
 fn eng(e: rusqlite::Error) -> Error {
@@ -171,7 +218,12 @@ fn write_err(table: &Table, e: rusqlite::Error) -> Error {
 
 /// Binds one value at a 1-based position; dates are written into a stack buffer
 /// that SQLite copies, so nothing is allocated.
-fn bind(stmt: &mut Statement<'_>, at: usize, v: &ValueRef<'_>) -> rusqlite::Result<()> {
+fn bind(
+    stmt: &mut Statement<'_>,
+    at: usize,
+    v: &ValueRef<'_>,
+    times: &mut TimeText,
+) -> rusqlite::Result<()> {
     let mut buf = [0u8; DATETIME_BUF];
     let out = match v {
         ValueRef::Null => SqlValue::Null,
@@ -180,7 +232,7 @@ fn bind(stmt: &mut Statement<'_>, at: usize, v: &ValueRef<'_>) -> rusqlite::Resu
         ValueRef::Bool(b) => SqlValue::Integer(i64::from(*b)),
         ValueRef::Currency(c) => SqlValue::Integer(c.scaled()),
         ValueRef::Date(d) => SqlValue::Text(write_date(*d, &mut buf).as_bytes()),
-        ValueRef::DateTime(t) => SqlValue::Text(write_datetime(*t, &mut buf).as_bytes()),
+        ValueRef::DateTime(t) => SqlValue::Text(times.text(*t)),
         ValueRef::Text(t) => SqlValue::Text(t.as_bytes()),
         ValueRef::Blob(b) => SqlValue::Blob(b),
     };
@@ -192,18 +244,23 @@ fn bind_fields(
     first: usize,
     row: &dyn Fields,
     fields: impl Iterator<Item = usize>,
+    times: &mut TimeText,
 ) -> rusqlite::Result<usize> {
     let mut at = first;
     for idx in fields {
-        bind(stmt, at, &row.field(idx))?;
+        bind(stmt, at, &row.field(idx), times)?;
         at += 1;
     }
     Ok(at)
 }
 
-fn bind_params(stmt: &mut Statement<'_>, params: &[Value]) -> rusqlite::Result<usize> {
+fn bind_params(
+    stmt: &mut Statement<'_>,
+    params: &[Value],
+    times: &mut TimeText,
+) -> rusqlite::Result<usize> {
     for (i, p) in params.iter().enumerate() {
-        bind(stmt, i + 1, &p.as_ref())?;
+        bind(stmt, i + 1, &p.as_ref(), times)?;
     }
     Ok(params.len() + 1)
 }
@@ -269,14 +326,17 @@ impl Inner {
 
     fn insert(&mut self, table: &'static Table, id: Option<i64>, row: &dyn Fields) -> Result<i64> {
         let t = self.table(table)?;
-        let mut stmt = self.conn.prepare_cached(&self.tables[t].insert).map_err(eng)?;
-        let run = |stmt: &mut Statement<'_>| {
-            bind(stmt, 1, &id.map_or(ValueRef::Null, ValueRef::Int))?;
-            bind_fields(stmt, 2, row, 0..table.fields.len())?;
+        let Inner {
+            hot, conn, last_time, ..
+        } = self;
+        let stmt = &mut hot[t].insert;
+        let mut run = || {
+            bind(stmt, 1, &id.map_or(ValueRef::Null, ValueRef::Int), last_time)?;
+            bind_fields(stmt, 2, row, 0..table.fields.len(), last_time)?;
             stmt.raw_execute()
         };
-        run(&mut stmt).map_err(|e| write_err(table, e))?;
-        Ok(self.conn.last_insert_rowid())
+        run().map_err(|e| write_err(table, e))?;
+        Ok(conn.last_insert_rowid())
     }
 
     /// Inserts rows with engine-assigned IDs as multi-row INSERTs.
@@ -292,32 +352,26 @@ impl Inner {
         let per = self.tables[t].bulk_rows;
         let nf = table.fields.len();
         for (c, chunk) in items.chunks(per).enumerate() {
-            let tail_sql;
-            let sql = if chunk.len() == per {
-                &self.tables[t].bulk_insert
+            let Inner {
+                hot, conn, last_time, ..
+            } = &mut *self;
+            // Kept and cached statements differ in lifetime, so each branch runs its own.
+            let done = if chunk.len() == per {
+                bind_rows(&mut hot[t].bulk_insert, chunk, nf, last_time)
             } else {
-                tail_sql = sql::bulk_insert_sql(table, chunk.len());
-                &tail_sql
-            };
-            let mut stmt = self.conn.prepare_cached(sql).map_err(eng)?;
-            let mut run = || -> rusqlite::Result<usize> {
-                let mut at = 1;
-                for item in chunk {
-                    if let BatchOp::Add { row, .. } = item.op {
-                        at = bind_fields(&mut stmt, at, row, 0..nf)?;
-                    }
+                match conn.prepare_cached(&sql::bulk_insert_sql(table, chunk.len())) {
+                    Ok(mut stmt) => bind_rows(&mut stmt, chunk, nf, last_time),
+                    Err(e) => Err(e),
                 }
-                stmt.raw_execute()
             };
-            if run().is_ok() {
+            if done.is_ok() {
                 // One INSERT gives its rows consecutive rowids after the current
                 // maximum (no AUTOINCREMENT, and we hold the only connection lock).
-                let last = self.conn.last_insert_rowid();
+                let last = conn.last_insert_rowid();
                 let first = last - chunk.len() as i64 + 1;
                 results.extend((first..=last).map(BatchResult::Added));
                 continue;
             }
-            drop(stmt);
             // The failed statement left nothing behind; find the culprit row by row.
             for (k, item) in chunk.iter().enumerate() {
                 match apply_one_locked(self, item) {
@@ -335,34 +389,38 @@ impl Inner {
         Ok(())
     }
 
-    fn update(&mut self, table: &'static Table, row: &dyn Fields, fields: Option<&[usize]>) -> Result<bool> {
+    fn update(
+        &mut self,
+        table: &'static Table,
+        row: &dyn Fields,
+        fields: Option<&[usize]>,
+    ) -> Result<bool> {
         let t = self.table(table)?;
-        let Inner { conn, tables, .. } = self;
-        let (sql, n) = match fields {
-            None => (tables[t].update_all.as_str(), table.fields.len()),
+        let Inner {
+            hot,
+            tables,
+            conn,
+            last_time,
+            ..
+        } = self;
+        let n = match fields {
+            None => update_row(&mut hot[t].update_all, row, fields, table, last_time),
             Some(list) => {
                 if let Some(&bad) = list.iter().find(|&&i| i >= table.fields.len()) {
                     return Err(Error::BadInput(format!("{} has no field #{bad}", table.name)));
                 }
-                (tables[t].update_some(list), list.len())
+                let mut stmt = conn.prepare_cached(tables[t].update_some(list)).map_err(eng)?;
+                update_row(&mut stmt, row, fields, table, last_time)
             }
         };
-        let mut stmt = conn.prepare_cached(sql).map_err(eng)?;
-        let mut run = || -> rusqlite::Result<usize> {
-            let at = match fields {
-                None => bind_fields(&mut stmt, 1, row, 0..n)?,
-                Some(list) => bind_fields(&mut stmt, 1, row, list.iter().copied())?,
-            };
-            bind(&mut stmt, at, &ValueRef::Int(row.id()))?;
-            stmt.raw_execute()
-        };
-        Ok(run().map_err(|e| write_err(table, e))? > 0)
+        Ok(n.map_err(|e| write_err(table, e))? > 0)
     }
 
     fn delete(&mut self, table: &'static Table, id: i64) -> Result<bool> {
         let t = self.table(table)?;
-        let mut stmt = self.conn.prepare_cached(&self.tables[t].delete).map_err(eng)?;
-        bind(&mut stmt, 1, &ValueRef::Int(id)).map_err(eng)?;
+        let Inner { hot, last_time, .. } = self;
+        let stmt = &mut hot[t].delete;
+        bind(stmt, 1, &ValueRef::Int(id), last_time).map_err(eng)?;
         Ok(stmt.raw_execute().map_err(|e| write_err(table, e))? > 0)
     }
 
@@ -374,12 +432,13 @@ impl Inner {
         out: &mut dyn FnMut(&rusqlite::Row<'_>) -> Result<()>,
     ) -> Result<()> {
         let mut stmt = self.conn.prepare_cached(sql).map_err(eng)?;
-        let at = bind_params(&mut stmt, params).map_err(eng)?;
+        let times = &mut self.last_time;
+        let at = bind_params(&mut stmt, params, times).map_err(eng)?;
         if let Some((limit, offset)) = page {
             let limit = limit.map_or(-1, |l| i64::try_from(l).unwrap_or(i64::MAX));
             let offset = i64::try_from(offset).unwrap_or(i64::MAX);
-            bind(&mut stmt, at, &ValueRef::Int(limit)).map_err(eng)?;
-            bind(&mut stmt, at + 1, &ValueRef::Int(offset)).map_err(eng)?;
+            bind(&mut stmt, at, &ValueRef::Int(limit), times).map_err(eng)?;
+            bind(&mut stmt, at + 1, &ValueRef::Int(offset), times).map_err(eng)?;
         }
         let mut rows = stmt.raw_query();
         while let Some(row) = rows.next().map_err(eng)? {
@@ -387,6 +446,36 @@ impl Inner {
         }
         Ok(())
     }
+}
+
+fn bind_rows(
+    stmt: &mut Statement<'_>,
+    chunk: &[BatchItem<'_>],
+    nf: usize,
+    times: &mut TimeText,
+) -> rusqlite::Result<usize> {
+    let mut at = 1;
+    for item in chunk {
+        if let BatchOp::Add { row, .. } = item.op {
+            at = bind_fields(stmt, at, row, 0..nf, times)?;
+        }
+    }
+    stmt.raw_execute()
+}
+
+fn update_row(
+    stmt: &mut Statement<'_>,
+    row: &dyn Fields,
+    fields: Option<&[usize]>,
+    table: &Table,
+    times: &mut TimeText,
+) -> rusqlite::Result<usize> {
+    let at = match fields {
+        None => bind_fields(stmt, 1, row, 0..table.fields.len(), times)?,
+        Some(list) => bind_fields(stmt, 1, row, list.iter().copied(), times)?,
+    };
+    bind(stmt, at, &ValueRef::Int(row.id()), times)?;
+    stmt.raw_execute()
 }
 
 fn apply_one_locked(inner: &mut Inner, item: &BatchItem<'_>) -> Result<BatchResult> {
@@ -418,7 +507,10 @@ impl Storage for SqliteEngine {
         let mut g = self.lock();
         schema::ensure(&g.conn, table)?;
         if !g.tables.iter().any(|t| t.table.same(table)) {
-            g.tables.push(TableSql::new(table));
+            let sql = TableSql::new(table);
+            let hot = Hot::prepare(&g.conn, &sql).map_err(eng)?;
+            g.hot.push(hot);
+            g.tables.push(sql);
         }
         Ok(())
     }
@@ -441,8 +533,11 @@ impl Storage for SqliteEngine {
         let mut s = String::from("DELETE FROM ");
         sql::quote(&mut s, table.name);
         sql::write_where(table, filter, &mut s);
-        let mut stmt = g.conn.prepare_cached(&s).map_err(eng)?;
-        bind_params(&mut stmt, &filter.params).map_err(eng)?;
+        let Inner {
+            conn, last_time, ..
+        } = &mut *g;
+        let mut stmt = conn.prepare_cached(&s).map_err(eng)?;
+        bind_params(&mut stmt, &filter.params, last_time).map_err(eng)?;
         Ok(stmt.raw_execute().map_err(|e| write_err(table, e))? as u64)
     }
 
@@ -454,8 +549,9 @@ impl Storage for SqliteEngine {
     ) -> Result<bool> {
         let mut g = self.lock();
         let t = g.table(table)?;
-        let mut stmt = g.conn.prepare_cached(&g.tables[t].select_by_id).map_err(eng)?;
-        bind(&mut stmt, 1, &ValueRef::Int(id)).map_err(eng)?;
+        let Inner { hot, last_time, .. } = &mut *g;
+        let stmt = &mut hot[t].select_by_id;
+        bind(stmt, 1, &ValueRef::Int(id), last_time).map_err(eng)?;
         let mut rows = stmt.raw_query();
         match rows.next().map_err(eng)? {
             Some(row) => {
@@ -562,7 +658,7 @@ impl Storage for SqliteEngine {
             ));
         }
         g.conn.execute_batch("BEGIN IMMEDIATE").map_err(eng)?;
-        g.owner = Some(thread::current().id());
+        g.owner = Some(current_thread());
         Ok(())
     }
 
@@ -576,14 +672,14 @@ impl Storage for SqliteEngine {
 
     fn in_transaction(&self) -> bool {
         let g = self.inner.lock().unwrap_or_else(PoisonError::into_inner);
-        g.owner == Some(thread::current().id())
+        g.owner == Some(current_thread())
     }
 }
 
 impl SqliteEngine {
     fn end(&self, verb: &str) -> Result<()> {
         let mut g = self.lock();
-        if g.owner != Some(thread::current().id()) {
+        if g.owner != Some(current_thread()) {
             return Err(Error::Transaction("no transaction is open on this thread"));
         }
         let r = g.conn.execute_batch(verb).map_err(eng);
