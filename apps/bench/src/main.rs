@@ -31,6 +31,10 @@ struct Args {
     /// Engine configurations to run, comma-separated (default: all available).
     #[arg(long, value_delimiter = ',')]
     engines: Vec<String>,
+    /// Modes to run, comma-separated (default: all): direct, batch, trans,
+    /// batch-trans, by-one, all-direct.
+    #[arg(long, value_delimiter = ',')]
+    modes: Vec<String>,
     /// Objects per cell.
     #[arg(long, default_value_t = 10_000)]
     rows: usize,
@@ -81,13 +85,30 @@ fn pick_engines(names: &[String]) -> Result<Vec<EngineConfig>, String> {
         .collect()
 }
 
+fn pick_modes(names: &[String]) -> Result<Vec<Mode>, String> {
+    let all: Vec<Mode> = Mode::INSERTS.iter().chain(&Mode::READS).copied().collect();
+    if names.is_empty() {
+        return Ok(all);
+    }
+    names
+        .iter()
+        .map(|n| {
+            all.iter().find(|m| m.id() == n.trim()).copied().ok_or_else(|| {
+                let ids: Vec<_> = all.iter().map(|m| m.id()).collect();
+                format!("unknown mode {n:?}; available: {}", ids.join(", "))
+            })
+        })
+        .collect()
+}
+
 fn run(args: &Args) -> Result<(), String> {
     if args.rows == 0 || args.repeat == 0 {
         return Err("--rows and --repeat must be at least 1".into());
     }
     let engines = pick_engines(&args.engines)?;
+    let modes = pick_modes(&args.modes)?;
     let dir = tempfile::tempdir().map_err(|e| format!("cannot create a temporary folder: {e}"))?;
-    let cells_per_engine = (Mode::INSERTS.len() + Mode::READS.len()) * 2;
+    let cells_per_engine = modes.len() * 2;
     let bar = ProgressBar::new((engines.len() * cells_per_engine * args.repeat) as u64);
     bar.set_style(
         ProgressStyle::with_template("{bar:40} {pos}/{len} {msg}")
@@ -96,7 +117,7 @@ fn run(args: &Args) -> Result<(), String> {
     let mut cells = Vec::new();
     let mut serial = 0;
     for cfg in &engines {
-        for mode in Mode::INSERTS.iter().chain(&Mode::READS) {
+        for mode in &modes {
             let n = if cfg.file && cfg.sync == Synchronous::Full && *mode == Mode::Direct {
                 args.full_direct_rows.clamp(1, args.rows)
             } else {

@@ -147,9 +147,7 @@ impl Target for OrmTarget {
                     _ => None,
                 };
                 let mut batch = Batch::new();
-                for r in rows {
-                    batch.add(r);
-                }
+                batch.add_all(rows);
                 let results = c.send(&mut batch).map_err(err)?;
                 if let Some(tx) = tx {
                     tx.commit().map_err(err)?;

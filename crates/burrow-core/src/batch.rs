@@ -43,6 +43,7 @@ trait Segment: Send {
     fn items<'a>(&'a self, out: &mut Vec<BatchItem<'a>>);
     fn stamp(&mut self, now: DateTime<Utc>);
     fn as_any_mut(&mut self) -> &mut dyn Any;
+    fn into_any(self: Box<Self>) -> Box<dyn Any>;
 }
 
 struct Typed<T>(Vec<Op<T>>);
@@ -77,6 +78,9 @@ impl<T: Record> Segment for Typed<T> {
         }
     }
     fn as_any_mut(&mut self) -> &mut dyn Any {
+        self
+    }
+    fn into_any(self: Box<Self>) -> Box<dyn Any> {
         self
     }
 }
@@ -134,6 +138,32 @@ impl Batch {
     /// Adds `rec` with a new ID.
     pub fn add<T: Record>(&mut self, rec: T) {
         self.push(Op::Add(rec, None));
+    }
+
+    /// Adds every record of `recs` with new IDs, reserving room for them first.
+    pub fn add_all<T: Record>(&mut self, recs: impl IntoIterator<Item = T>) {
+        let recs = recs.into_iter();
+        let mut seg = self.take_tail::<T>();
+        seg.0.reserve(recs.size_hint().0);
+        for rec in recs {
+            seg.0.push(Op::Add(rec, None));
+        }
+        self.len += seg.0.len();
+        self.segments.push(seg);
+    }
+
+    /// Removes the last segment when it holds `T`s (so that more can be
+    /// appended to it), or starts a new one; `len` no longer counts it.
+    fn take_tail<T: Record>(&mut self) -> Box<Typed<T>> {
+        if let Some(last) = self.segments.last_mut() {
+            if last.as_any_mut().is::<Typed<T>>() {
+                let seg = self.segments.pop().expect("a last segment");
+                self.len -= seg.len();
+                // Just checked: the segment holds `T`s.
+                return seg.into_any().downcast().expect("checked above");
+            }
+        }
+        Box::new(Typed(Vec::new()))
     }
 
     /// Adds `rec` with the given ID.

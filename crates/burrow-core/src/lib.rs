@@ -13,6 +13,7 @@ mod client;
 mod currency;
 pub mod datetime;
 mod error;
+pub mod eval;
 pub mod filter;
 mod orm;
 mod query;

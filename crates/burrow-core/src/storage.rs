@@ -48,7 +48,8 @@ pub enum BatchResult {
     /// The update or delete found no row with that ID.
     Missing,
     /// Failed (only reported when the batch does not roll back on error).
-    Failed(Error),
+    /// Boxed: failures are rare, and this keeps every result two words long.
+    Failed(Box<Error>),
 }
 
 impl BatchResult {
@@ -139,7 +140,7 @@ pub trait Storage: Send + Sync {
                         source: Box::new(e),
                     })
                 }
-                Err(e) => results.push(BatchResult::Failed(e)),
+                Err(e) => results.push(BatchResult::Failed(Box::new(e))),
             }
         }
         Ok(())

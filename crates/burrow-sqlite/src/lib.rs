@@ -224,14 +224,17 @@ fn bind(
     v: &ValueRef<'_>,
     times: &mut TimeText,
 ) -> rusqlite::Result<()> {
-    let mut buf = [0u8; DATETIME_BUF];
     let out = match v {
         ValueRef::Null => SqlValue::Null,
         ValueRef::Int(i) => SqlValue::Integer(*i),
         ValueRef::Real(f) => SqlValue::Real(*f),
         ValueRef::Bool(b) => SqlValue::Integer(i64::from(*b)),
         ValueRef::Currency(c) => SqlValue::Integer(c.scaled()),
-        ValueRef::Date(d) => SqlValue::Text(write_date(*d, &mut buf).as_bytes()),
+        ValueRef::Date(d) => {
+            let mut buf = [0u8; DATETIME_BUF];
+            let text = write_date(*d, &mut buf).as_bytes();
+            return stmt.raw_bind_parameter(at, ToSqlOutput::Borrowed(SqlValue::Text(text)));
+        }
         ValueRef::DateTime(t) => SqlValue::Text(times.text(*t)),
         ValueRef::Text(t) => SqlValue::Text(t.as_bytes()),
         ValueRef::Blob(b) => SqlValue::Blob(b),
@@ -382,7 +385,7 @@ impl Inner {
                             source: Box::new(e),
                         })
                     }
-                    Err(e) => results.push(BatchResult::Failed(e)),
+                    Err(e) => results.push(BatchResult::Failed(Box::new(e))),
                 }
             }
         }
@@ -643,7 +646,7 @@ impl Storage for SqliteEngine {
                         source: Box::new(e),
                     })
                 }
-                Err(e) => results.push(BatchResult::Failed(e)),
+                Err(e) => results.push(BatchResult::Failed(Box::new(e))),
             }
             i += 1;
         }

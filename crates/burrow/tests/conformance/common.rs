@@ -1,0 +1,357 @@
+//! The engines every test runs against, the records they share, and helpers.
+//!
+//! A test body is a plain function `fn body(f: &dyn Factory) -> TestResult`;
+//! `conformance!(body, …)` turns each into one `#[test]` per engine, named
+//! `module::body::engine`. Adding an engine is one line in [`conformance!`]
+//! (plus its [`Factory`]).
+
+use std::error::Error as StdError;
+use std::fmt::Debug;
+use std::path::PathBuf;
+use std::sync::Arc;
+
+use burrow::chrono::{DateTime, NaiveDate, Utc};
+use burrow::sqlite::{SqliteEngine, SqliteOptions, Synchronous};
+use burrow::{Client, Currency, Model, Orm, Query, Record, Ref, Storage};
+use tempfile::TempDir;
+
+/// What every test body returns.
+pub type TestResult = Result<(), Box<dyn StdError>>;
+
+/// Expands each named body into one `#[test]` per engine.
+///
+/// The engine list lives here and only here: a new engine is one more
+/// `name => factory,` line.
+macro_rules! conformance {
+    ($($body:ident),+ $(,)?) => {$(
+        #[allow(non_snake_case)]
+        mod $body {
+            engine_tests!($body;
+                sqlite_mem => $crate::common::SqliteMem,
+                sqlite_file => $crate::common::SqliteFile,
+                // memory => $crate::common::Memory,
+            );
+        }
+    )+};
+}
+
+/// One `#[test]` per `engine => factory` pair, calling `super::$body`.
+macro_rules! engine_tests {
+    ($body:ident; $($engine:ident => $factory:expr),+ $(,)?) => {$(
+        #[test]
+        fn $engine() -> $crate::common::TestResult {
+            super::$body(&$factory)
+        }
+    )+};
+}
+
+/// Asserts that `$e` is an error of kind `$kind` and evaluates to the error.
+macro_rules! expect_kind {
+    ($e:expr, $kind:ident) => {
+        match $e {
+            Ok(v) => {
+                return Err(format!(
+                    "line {}: `{}` should fail with {:?}, but gave Ok({:?})",
+                    line!(),
+                    stringify!($e),
+                    burrow::ErrorKind::$kind,
+                    v
+                )
+                .into())
+            }
+            Err(err) if err.kind() == burrow::ErrorKind::$kind => err,
+            Err(err) => {
+                return Err(format!(
+                    "line {}: `{}` should fail with {:?}, but failed with {:?}: {} ({:?})",
+                    line!(),
+                    stringify!($e),
+                    burrow::ErrorKind::$kind,
+                    err.kind(),
+                    err,
+                    err
+                )
+                .into())
+            }
+        }
+    };
+}
+
+/// Makes fresh, empty stores of one engine configuration.
+pub trait Factory: Sync {
+    /// A short name for messages.
+    fn name(&self) -> &'static str;
+    /// A new, empty store.
+    fn fresh(&self) -> Result<Store, Box<dyn StdError>>;
+    /// Whether another thread's call waits while a transaction is open (SQL
+    /// engines); otherwise the engine only keeps it out of the transaction.
+    fn serializes_transactions(&self) -> bool {
+        true
+    }
+    /// Whether each write costs a disk sync: heavy tests then do less.
+    fn slow_writes(&self) -> bool {
+        false
+    }
+}
+
+/// An opened engine, and its SQLite face for raw SQL checks when it has one.
+pub struct Opened {
+    pub engine: Arc<dyn Storage>,
+    pub sqlite: Option<Arc<SqliteEngine>>,
+}
+
+type Opener = Box<dyn Fn() -> burrow::Result<Opened> + Send + Sync>;
+
+/// One store under test: an engine, and how to open the same data again if it
+/// persists.
+pub struct Store {
+    opened: Option<Opened>,
+    reopen: Option<Opener>,
+    // Declared last: the database files go after the engine that holds them.
+    _dir: Option<TempDir>,
+}
+
+impl Store {
+    /// The engine.
+    pub fn engine(&self) -> Arc<dyn Storage> {
+        self.opened.as_ref().expect("open").engine.clone()
+    }
+
+    /// A client with `model`, all of its tables in this store's engine.
+    pub fn client(&self, model: Model) -> burrow::Result<Client> {
+        Client::open(model, self.engine())
+    }
+
+    /// A client with [`model`].
+    pub fn open(&self) -> burrow::Result<Client> {
+        self.client(model())
+    }
+
+    /// The SQLite engine, for raw SQL checks (`None` for other engines).
+    pub fn sqlite(&self) -> Option<&SqliteEngine> {
+        self.opened.as_ref()?.sqlite.as_deref()
+    }
+
+    /// Whether the data outlives the engine (a file).
+    pub fn persistent(&self) -> bool {
+        self.reopen.is_some()
+    }
+
+    /// Closes the engine and opens the same data again. Every client of the old
+    /// engine must be dropped first.
+    pub fn reopen(&mut self) -> Result<(), Box<dyn StdError>> {
+        let opener = self.reopen.as_ref().ok_or("this store does not persist")?;
+        let old = self.opened.take().expect("open");
+        // The SQLite face, when present, is a second handle on the same engine.
+        if Arc::strong_count(&old.engine) > 1 + usize::from(old.sqlite.is_some()) {
+            return Err("reopen: a client of the old engine is still alive".into());
+        }
+        drop(old);
+        self.opened = Some(opener()?);
+        Ok(())
+    }
+
+    /// Runs raw SQL on the SQLite engine; `None` when the engine is not SQLite.
+    pub fn raw<R>(
+        &self,
+        f: impl FnOnce(&burrow::sqlite::rusqlite::Connection) -> burrow::sqlite::rusqlite::Result<R>,
+    ) -> Option<burrow::Result<R>> {
+        self.sqlite().map(|e| e.with_connection(f))
+    }
+
+    /// `SELECT count(*)` straight from SQLite; `None` for other engines.
+    pub fn raw_count(&self, table: &str) -> Option<burrow::Result<i64>> {
+        let sql = format!("SELECT count(*) FROM \"{table}\"");
+        self.raw(|c| c.query_row(&sql, [], |r| r.get(0)))
+    }
+
+    /// Whether SQLite still has `table` (`None` for other engines).
+    pub fn raw_table_exists(&self, table: &str) -> Option<burrow::Result<bool>> {
+        self.raw(|c| {
+            c.query_row(
+                "SELECT count(*) FROM sqlite_master WHERE type = 'table' AND name = ?1",
+                [table],
+                |r| r.get::<_, i64>(0),
+            )
+            .map(|n| n == 1)
+        })
+    }
+}
+
+fn sqlite_opened(e: SqliteEngine) -> Opened {
+    let e = Arc::new(e);
+    Opened {
+        engine: e.clone(),
+        sqlite: Some(e),
+    }
+}
+
+/// SQLite in memory.
+pub struct SqliteMem;
+
+impl Factory for SqliteMem {
+    fn name(&self) -> &'static str {
+        "sqlite-mem"
+    }
+    fn fresh(&self) -> Result<Store, Box<dyn StdError>> {
+        Ok(Store {
+            opened: Some(sqlite_opened(SqliteEngine::open(SqliteOptions::memory())?)),
+            reopen: None,
+            _dir: None,
+        })
+    }
+}
+
+/// SQLite in a file of a temporary directory, with the default (safe) options.
+pub struct SqliteFile;
+
+impl Factory for SqliteFile {
+    fn name(&self) -> &'static str {
+        "sqlite-file"
+    }
+    fn fresh(&self) -> Result<Store, Box<dyn StdError>> {
+        let dir = tempfile::tempdir()?;
+        let path: PathBuf = dir.path().join("burrow.db");
+        let open = move || SqliteEngine::open(SqliteOptions::file(&path)).map(sqlite_opened);
+        Ok(Store {
+            opened: Some(open()?),
+            reopen: Some(Box::new(open)),
+            _dir: Some(dir),
+        })
+    }
+    fn slow_writes(&self) -> bool {
+        true
+    }
+}
+
+/// SQLite in a file with `synchronous=OFF`: for the tests that write thousands
+/// of rows one by one, where the disk sync would only cost time.
+pub struct SqliteFileFast;
+
+impl Factory for SqliteFileFast {
+    fn name(&self) -> &'static str {
+        "sqlite-file-sync-off"
+    }
+    fn fresh(&self) -> Result<Store, Box<dyn StdError>> {
+        let dir = tempfile::tempdir()?;
+        let path: PathBuf = dir.path().join("burrow.db");
+        let open = move || {
+            SqliteEngine::open(SqliteOptions::file(&path).synchronous(Synchronous::Off))
+                .map(sqlite_opened)
+        };
+        Ok(Store {
+            opened: Some(open()?),
+            reopen: Some(Box::new(open)),
+            _dir: Some(dir),
+        })
+    }
+}
+
+// ---------------------------------------------------------------------------
+// Records shared by the tests.
+
+/// The main test record: a unique name, an index, every common kind, and both
+/// automatic times.
+#[derive(Record, Debug, Clone, PartialEq, Default)]
+#[burrow(table = "Sample")]
+pub struct Sample {
+    pub id: i64,
+    #[burrow(unique)]
+    pub name: String,
+    #[burrow(index)]
+    pub last_name: String,
+    pub amount: Currency,
+    pub age: i32,
+    pub born: NaiveDate,
+    pub note: Option<String>,
+    #[burrow(created)]
+    pub created_at: DateTime<Utc>,
+    #[burrow(modified)]
+    pub changed: DateTime<Utc>,
+}
+
+impl Sample {
+    /// A sample with these values and the rest default.
+    pub fn new(name: &str, age: i32, amount: &str) -> Self {
+        Sample {
+            name: name.to_owned(),
+            last_name: format!("Last{age}"),
+            amount: cur(amount),
+            age,
+            born: date(1970 + age.rem_euclid(50), 1 + age.rem_euclid(12) as u32, 1),
+            ..Sample::default()
+        }
+    }
+}
+
+/// A second table, for batches and transactions across tables.
+#[derive(Record, Debug, Clone, PartialEq, Default)]
+#[burrow(table = "Tag")]
+pub struct Tag {
+    pub id: i64,
+    #[burrow(unique)]
+    pub label: String,
+    pub owner: Ref<Sample>,
+    pub weight: f64,
+}
+
+impl Tag {
+    /// A tag with this label and owner.
+    pub fn new(label: &str, owner: i64) -> Self {
+        Tag {
+            id: 0,
+            label: label.to_owned(),
+            owner: Ref::new(owner),
+            weight: 1.5,
+        }
+    }
+}
+
+/// A record whose table is in no model.
+#[derive(Record, Debug, Clone, PartialEq, Default)]
+#[burrow(table = "Stranger")]
+pub struct Stranger {
+    pub id: i64,
+    pub name: String,
+}
+
+/// The model of [`Sample`] and [`Tag`].
+pub fn model() -> Model {
+    Model::new().with::<Sample>().with::<Tag>()
+}
+
+/// Parses a currency amount.
+pub fn cur(s: &str) -> Currency {
+    s.parse()
+        .unwrap_or_else(|e| panic!("bad currency in a test: {e}"))
+}
+
+/// A date.
+pub fn date(y: i32, m: u32, d: u32) -> NaiveDate {
+    NaiveDate::from_ymd_opt(y, m, d).expect("valid date in a test")
+}
+
+/// Every `T`, in ID order.
+pub fn all<T: Record>(orm: &impl Orm) -> burrow::Result<Vec<T>> {
+    orm.select(&Query::all().order_by("ID"))
+}
+
+/// Adds `n` samples named `{prefix}{i}` with ages 0..n and amounts i.5;
+/// returns them with their IDs.
+pub fn seed(orm: &impl Orm, prefix: &str, n: i32) -> burrow::Result<Vec<Sample>> {
+    (0..n)
+        .map(|i| {
+            let mut s = Sample::new(&format!("{prefix}{i}"), i, &format!("{i}.5"));
+            orm.add(&mut s)?;
+            Ok(s)
+        })
+        .collect()
+}
+
+/// Fails with a message unless `a == b`.
+pub fn same<T: PartialEq + Debug>(a: &T, b: &T, what: &str) -> TestResult {
+    if a == b {
+        Ok(())
+    } else {
+        Err(format!("{what}: {a:#?}\n  !=\n{b:#?}").into())
+    }
+}
