@@ -32,7 +32,7 @@ struct Args {
     #[arg(long, value_delimiter = ',')]
     engines: Vec<String>,
     /// Modes to run, comma-separated (default: all): direct, batch, trans,
-    /// batch-trans, by-one, all-direct.
+    /// batch-trans, by-one, all-virtual, all-direct.
     #[arg(long, value_delimiter = ',')]
     modes: Vec<String>,
     /// Objects per cell.
@@ -77,10 +77,14 @@ fn pick_engines(names: &[String]) -> Result<Vec<EngineConfig>, String> {
     names
         .iter()
         .map(|n| {
-            ENGINES.iter().find(|e| e.id == n.trim()).copied().ok_or_else(|| {
-                let ids: Vec<_> = ENGINES.iter().map(|e| e.id).collect();
-                format!("unknown engine {n:?}; available: {}", ids.join(", "))
-            })
+            ENGINES
+                .iter()
+                .find(|e| e.id == n.trim())
+                .copied()
+                .ok_or_else(|| {
+                    let ids: Vec<_> = ENGINES.iter().map(|e| e.id).collect();
+                    format!("unknown engine {n:?}; available: {}", ids.join(", "))
+                })
         })
         .collect()
 }
@@ -93,10 +97,13 @@ fn pick_modes(names: &[String]) -> Result<Vec<Mode>, String> {
     names
         .iter()
         .map(|n| {
-            all.iter().find(|m| m.id() == n.trim()).copied().ok_or_else(|| {
-                let ids: Vec<_> = all.iter().map(|m| m.id()).collect();
-                format!("unknown mode {n:?}; available: {}", ids.join(", "))
-            })
+            all.iter()
+                .find(|m| m.id() == n.trim())
+                .copied()
+                .ok_or_else(|| {
+                    let ids: Vec<_> = all.iter().map(|m| m.id()).collect();
+                    format!("unknown mode {n:?}; available: {}", ids.join(", "))
+                })
         })
         .collect()
 }
@@ -111,8 +118,7 @@ fn run(args: &Args) -> Result<(), String> {
     let cells_per_engine = modes.len() * 2;
     let bar = ProgressBar::new((engines.len() * cells_per_engine * args.repeat) as u64);
     bar.set_style(
-        ProgressStyle::with_template("{bar:40} {pos}/{len} {msg}")
-            .map_err(|e| e.to_string())?,
+        ProgressStyle::with_template("{bar:40} {pos}/{len} {msg}").map_err(|e| e.to_string())?,
     );
     let mut cells = Vec::new();
     let mut serial = 0;
@@ -128,10 +134,17 @@ fn run(args: &Args) -> Result<(), String> {
             let mut best = [0f64; 2];
             for _ in 0..args.repeat {
                 for baseline in [false, true] {
-                    let label = format!("{} {}{}", cfg.id, mode.id(), if baseline { " (raw)" } else { "" });
+                    let label = format!(
+                        "{} {}{}",
+                        cfg.id,
+                        mode.id(),
+                        if baseline { " (raw)" } else { "" }
+                    );
                     bar.set_message(label.clone());
                     serial += 1;
-                    let path = cfg.file.then(|| dir.path().join(format!("bench-{serial}.db")));
+                    let path = cfg
+                        .file
+                        .then(|| dir.path().join(format!("bench-{serial}.db")));
                     let rate = run_cell(cfg, *mode, baseline, n, path.as_deref())
                         .map_err(|e| format!("{label}: {e}"))?;
                     if let Some(p) = path {
@@ -251,7 +264,11 @@ fn report(args: &Args, engines: &[EngineConfig], cells: &[Cell]) -> String {
         machine(),
         args.rows,
         args.repeat,
-        if cfg!(debug_assertions) { "DEBUG (figures not meaningful)" } else { "release" },
+        if cfg!(debug_assertions) {
+            "DEBUG (figures not meaningful)"
+        } else {
+            "release"
+        },
     );
     let mut notes = Vec::new();
     for (title, modes) in [
@@ -305,7 +322,10 @@ fn report(args: &Args, engines: &[EngineConfig], cells: &[Cell]) -> String {
         let vals: Vec<String> = all
             .iter()
             .map(|m| {
-                match (get.get(&(e.id, m.id(), false)), get.get(&(e.id, m.id(), true))) {
+                match (
+                    get.get(&(e.id, m.id(), false)),
+                    get.get(&(e.id, m.id(), true)),
+                ) {
                     (Some(o), Some(r)) if r.rows_per_sec > 0.0 => {
                         format!("{:.2}", o.rows_per_sec / r.rows_per_sec)
                     }

@@ -59,6 +59,8 @@ pub struct Client {
     model: Model,
     routes: Vec<(&'static Table, usize)>,
     engines: Vec<Arc<dyn Storage>>,
+    /// The default engine, which runs SQL over every table.
+    sql: Option<usize>,
 }
 
 impl Client {
@@ -107,6 +109,12 @@ impl Orm for Client {
 
     fn engines(&self, f: &mut dyn FnMut(&dyn Storage) -> Result<()>) -> Result<()> {
         self.engines.iter().try_for_each(|e| f(e.as_ref()))
+    }
+
+    fn sql_engine(&self) -> Result<&dyn Storage> {
+        self.sql
+            .map(|i| self.engines[i].as_ref())
+            .ok_or_else(|| Error::Unsupported("the client has no default engine to run SQL".into()))
     }
 }
 
@@ -166,13 +174,23 @@ impl ClientBuilder {
                 t.name
             )));
         }
+        let sql = self.default.as_ref().map(&mut index_of);
         for (table, e) in &routes {
             engines[*e].ensure_table(table)?;
+        }
+        // Tables held elsewhere become visible to the default engine's SQL.
+        if let Some(main) = sql {
+            for (table, e) in &routes {
+                if *e != main {
+                    engines[main].expose(table, engines[*e].clone())?;
+                }
+            }
         }
         Ok(Client {
             model: self.model,
             routes,
             engines,
+            sql,
         })
     }
 }

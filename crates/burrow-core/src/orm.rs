@@ -26,6 +26,25 @@ pub trait Orm: Send + Sync {
     /// Calls `f` once for every distinct engine of the model, in a fixed order.
     fn engines(&self, f: &mut dyn FnMut(&dyn Storage) -> Result<()>) -> Result<()>;
 
+    /// The engine that runs SQL for the model, where tables of other engines are
+    /// visible as virtual tables; [`Error::Unsupported`] if there is none.
+    fn sql_engine(&self) -> Result<&dyn Storage> {
+        Err(Error::Unsupported("this ORM has no SQL engine".into()))
+    }
+
+    /// The `T`s a read-only SQL statement returns (its columns matched to `T`'s
+    /// ID and fields by name), with `params` bound to its `?` in order. The SQL
+    /// runs on [`Orm::sql_engine`], so it may join tables of every engine.
+    fn sql_list<T: Record>(&self, sql: &str, params: &[Value]) -> Result<Vec<T>> {
+        let mut out = Vec::new();
+        self.sql_engine()?
+            .sql_select(T::table(), sql, params, &mut |row| {
+                out.push(T::from_row(row)?);
+                Ok(())
+            })?;
+        Ok(out)
+    }
+
     /// Adds `rec` with a new ID, which is set in `rec` and returned. The
     /// creation and modification times, if the record has them, are filled.
     fn add<T: Record>(&self, rec: &mut T) -> Result<i64> {
@@ -48,10 +67,11 @@ pub trait Orm: Send + Sync {
     /// The `T` with this ID, if any.
     fn get<T: Record>(&self, id: i64) -> Result<Option<T>> {
         let mut found = None;
-        self.route(T::table())?.retrieve(T::table(), id, &mut |row| {
-            found = Some(T::from_row(row)?);
-            Ok(())
-        })?;
+        self.route(T::table())?
+            .retrieve(T::table(), id, &mut |row| {
+                found = Some(T::from_row(row)?);
+                Ok(())
+            })?;
         Ok(found)
     }
 
@@ -67,10 +87,11 @@ pub trait Orm: Send + Sync {
         let mut select = Select::filtered(Filter::parse(T::table(), where_text, params)?);
         select.limit = Some(1);
         let mut found = None;
-        self.route(T::table())?.select(T::table(), &select, &mut |row| {
-            found = Some(T::from_row(row)?);
-            Ok(())
-        })?;
+        self.route(T::table())?
+            .select(T::table(), &select, &mut |row| {
+                found = Some(T::from_row(row)?);
+                Ok(())
+            })?;
         Ok(found)
     }
 
@@ -86,7 +107,11 @@ pub trait Orm: Send + Sync {
     fn update_fields<T: Record>(&self, rec: &mut T, fields: &[&str]) -> Result<()> {
         let idx = field_subset(T::table(), fields)?;
         rec.stamp(Utc::now(), false);
-        found(self.route(T::table())?.update(T::table(), rec, Some(&idx))?, rec)
+        found(
+            self.route(T::table())?
+                .update(T::table(), rec, Some(&idx))?,
+            rec,
+        )
     }
 
     /// Deletes the `T` with this ID; returns whether it existed.
@@ -114,25 +139,31 @@ pub trait Orm: Send + Sync {
     fn select<T: Record>(&self, query: &Query) -> Result<Vec<T>> {
         let select = query.resolve(T::table())?;
         let mut out = Vec::new();
-        self.route(T::table())?.select(T::table(), &select, &mut |row| {
-            out.push(T::from_row(row)?);
-            Ok(())
-        })?;
+        self.route(T::table())?
+            .select(T::table(), &select, &mut |row| {
+                out.push(T::from_row(row)?);
+                Ok(())
+            })?;
         Ok(out)
     }
 
     /// Streams the selected `T`s through `f`, reading every row into one record
     /// whose text and blob buffers are reused.
-    fn for_each<T: Record>(&self, query: &Query, f: &mut dyn FnMut(&T) -> Result<()>) -> Result<()> {
+    fn for_each<T: Record>(
+        &self,
+        query: &Query,
+        f: &mut dyn FnMut(&T) -> Result<()>,
+    ) -> Result<()> {
         let select = query.resolve(T::table())?;
         let mut rec: Option<T> = None;
-        self.route(T::table())?.select(T::table(), &select, &mut |row| {
-            match rec.as_mut() {
-                Some(r) => r.read_row(row)?,
-                None => rec = Some(T::from_row(row)?),
-            }
-            f(rec.as_ref().expect("just read"))
-        })
+        self.route(T::table())?
+            .select(T::table(), &select, &mut |row| {
+                match rec.as_mut() {
+                    Some(r) => r.read_row(row)?,
+                    None => rec = Some(T::from_row(row)?),
+                }
+                f(rec.as_ref().expect("just read"))
+            })
     }
 
     /// How many `T`s match `where_text` (empty: all).

@@ -1,5 +1,7 @@
 //! The `Storage` trait: what every engine implements.
 
+use std::sync::Arc;
+
 use crate::error::{Error, Result};
 use crate::filter::Filter;
 use crate::query::Select;
@@ -82,8 +84,12 @@ pub trait Storage: Send + Sync {
 
     /// Updates the row `row.id()`: every field, or the listed field indexes.
     /// Returns whether a row had that ID.
-    fn update(&self, table: &'static Table, row: &dyn Fields, fields: Option<&[usize]>)
-        -> Result<bool>;
+    fn update(
+        &self,
+        table: &'static Table,
+        row: &dyn Fields,
+        fields: Option<&[usize]>,
+    ) -> Result<bool>;
 
     /// Deletes a row; returns whether it existed.
     fn delete(&self, table: &'static Table, id: i64) -> Result<bool>;
@@ -144,6 +150,32 @@ pub trait Storage: Send + Sync {
             }
         }
         Ok(())
+    }
+
+    /// Makes `table`, held by `engine`, visible to this engine's SQL (as a
+    /// virtual table), so that [`Storage::sql_select`] can read and join it.
+    /// Returns `false` when this engine has no SQL to expose it to.
+    fn expose(&self, table: &'static Table, engine: Arc<dyn Storage>) -> Result<bool> {
+        let _ = (table, engine);
+        Ok(false)
+    }
+
+    /// Runs a read-only SQL statement and hands each result row to `out` as a row
+    /// of `table`: result columns are matched to the ID and fields by name.
+    /// Values in `params` are bound to the statement's `?` in order. Engines
+    /// without SQL return [`Error::Unsupported`].
+    fn sql_select(
+        &self,
+        table: &'static Table,
+        sql: &str,
+        params: &[Value],
+        out: &mut dyn FnMut(&dyn Row) -> Result<()>,
+    ) -> Result<()> {
+        let _ = (table, sql, params, out);
+        Err(Error::Unsupported(format!(
+            "the {} engine does not run SQL",
+            self.engine_name()
+        )))
     }
 
     /// Begins a transaction on the calling thread. A second begin on the same

@@ -27,15 +27,16 @@ mod hot;
 mod options;
 mod schema;
 mod sql;
+mod vtab;
 
-use std::sync::{Condvar, Mutex, MutexGuard, PoisonError};
+use std::sync::{Arc, Condvar, Mutex, MutexGuard, PoisonError};
 use std::thread::{self, ThreadId};
 
 use burrow_core::chrono::{DateTime, Utc};
 use burrow_core::datetime::{parse_date, parse_datetime, write_date, write_datetime, DATETIME_BUF};
 use burrow_core::{
-    BatchItem, BatchOp, BatchResult, Column, Currency, Error, FieldKind, Fields,
-    Filter, Result, Row, Select, Storage, Table, Value, ValueRef,
+    BatchItem, BatchOp, BatchResult, Column, Currency, Error, FieldKind, Fields, Filter, Result,
+    Row, Select, Storage, Table, Value, ValueRef,
 };
 use rusqlite::types::{ToSqlOutput, ValueRef as SqlValue};
 use rusqlite::{Connection, Statement};
@@ -54,6 +55,8 @@ pub struct SqliteEngine {
     /// Signalled when a transaction ends, waking threads that wait for it.
     tx_ended: Condvar,
     options: SqliteOptions,
+    /// Tables of other engines this connection's SQL can see.
+    exposed: Arc<vtab::Registry>,
 }
 
 struct Inner {
@@ -125,7 +128,11 @@ impl SqliteEngine {
             pragmas.push_str(&format!("PRAGMA cache_size=-{kib};"));
         }
         conn.execute_batch(&pragmas).map_err(eng)?;
+        let exposed = Arc::new(vtab::Registry::default());
+        conn.create_module(vtab::MODULE, &vtab::BURROW_MODULE, Some(exposed.clone()))
+            .map_err(eng)?;
         Ok(SqliteEngine {
+            exposed,
             inner: Mutex::new(Inner {
                 hot: Vec::new(),
                 tables: Vec::new(),
@@ -316,6 +323,33 @@ impl Row for SqlRow<'_, '_> {
     }
 }
 
+/// A row of an arbitrary SELECT, its columns matched to a table's by name.
+struct NamedRow<'a, 'b> {
+    row: &'a rusqlite::Row<'b>,
+    id_col: usize,
+    map: &'a [usize],
+}
+
+impl Row for NamedRow<'_, '_> {
+    fn id(&self) -> Result<i64> {
+        match self.row.get_ref(self.id_col).map_err(eng)? {
+            SqlValue::Integer(i) => Ok(i),
+            other => Err(Error::engine(
+                ENGINE,
+                format!("ID column holds {:?}", other.data_type()),
+            )),
+        }
+    }
+
+    fn get(&self, idx: usize) -> Result<ValueRef<'_>> {
+        let col = *self
+            .map
+            .get(idx)
+            .ok_or_else(|| Error::BadInput(format!("no field #{idx}")))?;
+        from_sql(self.row.get_ref(col).map_err(eng)?)
+    }
+}
+
 impl Inner {
     fn table(&mut self, table: &Table) -> Result<usize> {
         self.tables
@@ -330,11 +364,19 @@ impl Inner {
     fn insert(&mut self, table: &'static Table, id: Option<i64>, row: &dyn Fields) -> Result<i64> {
         let t = self.table(table)?;
         let Inner {
-            hot, conn, last_time, ..
+            hot,
+            conn,
+            last_time,
+            ..
         } = self;
         let stmt = &mut hot[t].insert;
         let mut run = || {
-            bind(stmt, 1, &id.map_or(ValueRef::Null, ValueRef::Int), last_time)?;
+            bind(
+                stmt,
+                1,
+                &id.map_or(ValueRef::Null, ValueRef::Int),
+                last_time,
+            )?;
             bind_fields(stmt, 2, row, 0..table.fields.len(), last_time)?;
             stmt.raw_execute()
         };
@@ -356,7 +398,10 @@ impl Inner {
         let nf = table.fields.len();
         for (c, chunk) in items.chunks(per).enumerate() {
             let Inner {
-                hot, conn, last_time, ..
+                hot,
+                conn,
+                last_time,
+                ..
             } = &mut *self;
             // Kept and cached statements differ in lifetime, so each branch runs its own.
             let done = if chunk.len() == per {
@@ -410,9 +455,14 @@ impl Inner {
             None => update_row(&mut hot[t].update_all, row, fields, table, last_time),
             Some(list) => {
                 if let Some(&bad) = list.iter().find(|&&i| i >= table.fields.len()) {
-                    return Err(Error::BadInput(format!("{} has no field #{bad}", table.name)));
+                    return Err(Error::BadInput(format!(
+                        "{} has no field #{bad}",
+                        table.name
+                    )));
                 }
-                let mut stmt = conn.prepare_cached(tables[t].update_some(list)).map_err(eng)?;
+                let mut stmt = conn
+                    .prepare_cached(tables[t].update_some(list))
+                    .map_err(eng)?;
                 update_row(&mut stmt, row, fields, table, last_time)
             }
         };
@@ -522,7 +572,12 @@ impl Storage for SqliteEngine {
         self.lock().insert(table, id, row)
     }
 
-    fn update(&self, table: &'static Table, row: &dyn Fields, fields: Option<&[usize]>) -> Result<bool> {
+    fn update(
+        &self,
+        table: &'static Table,
+        row: &dyn Fields,
+        fields: Option<&[usize]>,
+    ) -> Result<bool> {
         self.lock().update(table, row, fields)
     }
 
@@ -575,7 +630,9 @@ impl Storage for SqliteEngine {
         let t = g.table(table)?;
         let (sql, paged) = g.tables[t].select_sql(None, select);
         let page = paged.then_some((select.limit, select.offset));
-        g.query(&sql, &select.filter.params, page, &mut |row| out(&SqlRow(row)))
+        g.query(&sql, &select.filter.params, page, &mut |row| {
+            out(&SqlRow(row))
+        })
     }
 
     fn count(&self, table: &'static Table, filter: &Filter) -> Result<u64> {
@@ -649,6 +706,82 @@ impl Storage for SqliteEngine {
                 Err(e) => results.push(BatchResult::Failed(Box::new(e))),
             }
             i += 1;
+        }
+        Ok(())
+    }
+
+    fn expose(&self, table: &'static Table, engine: Arc<dyn Storage>) -> Result<bool> {
+        if std::ptr::addr_eq(Arc::as_ptr(&engine), self as *const Self) {
+            return Ok(false);
+        }
+        let g = self.lock();
+        if g.tables
+            .iter()
+            .any(|t| t.table.name.eq_ignore_ascii_case(table.name))
+        {
+            return Err(Error::Schema(format!(
+                "table {} is held by this SQLite engine and cannot also be exposed from another",
+                table.name
+            )));
+        }
+        self.exposed.add(table, engine);
+        g.conn
+            .execute_batch(&vtab::create_sql(table))
+            .map_err(eng)?;
+        Ok(true)
+    }
+
+    fn sql_select(
+        &self,
+        table: &'static Table,
+        sql: &str,
+        params: &[Value],
+        out: &mut dyn FnMut(&dyn Row) -> Result<()>,
+    ) -> Result<()> {
+        let mut g = self.lock();
+        let Inner {
+            conn, last_time, ..
+        } = &mut *g;
+        let mut stmt = conn
+            .prepare_cached(sql)
+            .map_err(|e| Error::BadInput(format!("SQL refused: {e}")))?;
+        if !stmt.readonly() {
+            return Err(Error::BadInput(
+                "sql_select runs read-only statements only".into(),
+            ));
+        }
+        if stmt.parameter_count() != params.len() {
+            return Err(Error::BadInput(format!(
+                "the SQL has {} parameter(s), {} given",
+                stmt.parameter_count(),
+                params.len()
+            )));
+        }
+        let names: Vec<String> = stmt.column_names().map(str::to_owned).collect();
+        let find = |want: &str| names.iter().position(|n| n.eq_ignore_ascii_case(want));
+        let id_col = find("ID")
+            .or_else(|| find("rowid"))
+            .ok_or_else(|| Error::BadInput("the SQL result has no ID column".into()))?;
+        let map = table
+            .fields
+            .iter()
+            .map(|f| {
+                find(f.column).or_else(|| find(f.name)).ok_or_else(|| {
+                    Error::BadInput(format!(
+                        "the SQL result has no column for {}.{}",
+                        table.name, f.name
+                    ))
+                })
+            })
+            .collect::<Result<Vec<usize>>>()?;
+        bind_params(&mut stmt, params, last_time).map_err(eng)?;
+        let mut rows = stmt.raw_query();
+        while let Some(row) = rows.next().map_err(eng)? {
+            out(&NamedRow {
+                row,
+                id_col,
+                map: &map,
+            })?;
         }
         Ok(())
     }

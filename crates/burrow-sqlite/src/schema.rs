@@ -45,14 +45,21 @@ fn ensure_in_tx(conn: &Connection, table: &'static Table) -> Result<()> {
             }
         }
         for (i, f) in table.fields.iter().enumerate() {
-            match existing.iter().find(|c| c.name.eq_ignore_ascii_case(f.column)) {
+            match existing
+                .iter()
+                .find(|c| c.name.eq_ignore_ascii_case(f.column))
+            {
                 Some(c) if c.decl.eq_ignore_ascii_case(column_type(f.kind)) => {}
                 Some(c) => {
                     return Err(Error::Schema(format!(
                         "column {}.{} is {} in the database, but field {} ({}) needs {}",
                         table.name,
                         f.column,
-                        if c.decl.is_empty() { "untyped" } else { &c.decl },
+                        if c.decl.is_empty() {
+                            "untyped"
+                        } else {
+                            &c.decl
+                        },
                         f.name,
                         f.kind.name(),
                         column_type(f.kind)
@@ -69,7 +76,12 @@ fn ensure_in_tx(conn: &Connection, table: &'static Table) -> Result<()> {
         let mut idx = String::new();
         quote(
             &mut idx,
-            &format!("{}_{}_{}", table.name, f.column, if f.unique { "uq" } else { "ix" }),
+            &format!(
+                "{}_{}_{}",
+                table.name,
+                f.column,
+                if f.unique { "uq" } else { "ix" }
+            ),
         );
         let mut col = String::new();
         quote(&mut col, f.column);

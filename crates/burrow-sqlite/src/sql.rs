@@ -100,7 +100,10 @@ impl TableSql {
         let insert = if cols.is_empty() {
             format!("INSERT INTO {name} (ID) VALUES (?)")
         } else {
-            format!("INSERT INTO {name} (ID,{}) VALUES ({qmarks})", cols.join(","))
+            format!(
+                "INSERT INTO {name} (ID,{}) VALUES ({qmarks})",
+                cols.join(",")
+            )
         };
         let bulk_rows = rows_per_insert(table);
         let bulk_insert = bulk_insert_sql(table, bulk_rows);
