@@ -17,12 +17,11 @@ use std::process::ExitCode;
 use std::time::Instant;
 
 use burrow::chrono::Utc;
-use burrow::sqlite::Synchronous;
 use clap::Parser;
 use indicatif::{ProgressBar, ProgressStyle};
 
 use crate::sample::{make_all, verify_read, verify_table};
-use crate::targets::{EngineConfig, Mode, OrmTarget, RawTarget, Target, ENGINES};
+use crate::targets::{sqlite_engines, EngineSpec, Mode, ALL_MODES};
 
 /// Insert and read speed of Burrow's engines, beside the raw driver.
 #[derive(Parser, Debug)]
@@ -70,27 +69,31 @@ fn main() -> ExitCode {
     }
 }
 
-fn pick_engines(names: &[String]) -> Result<Vec<EngineConfig>, String> {
+/// Every engine configuration the benchmark knows, in table order.
+fn all_engines() -> Vec<EngineSpec> {
+    sqlite_engines()
+}
+
+fn pick_engines(names: &[String]) -> Result<Vec<EngineSpec>, String> {
+    let mut all = all_engines();
     if names.is_empty() {
-        return Ok(ENGINES.to_vec());
+        return Ok(all);
     }
-    names
-        .iter()
-        .map(|n| {
-            ENGINES
-                .iter()
-                .find(|e| e.id == n.trim())
-                .copied()
-                .ok_or_else(|| {
-                    let ids: Vec<_> = ENGINES.iter().map(|e| e.id).collect();
-                    format!("unknown engine {n:?}; available: {}", ids.join(", "))
-                })
-        })
-        .collect()
+    let ids: Vec<&str> = all.iter().map(|e| e.id).collect();
+    for n in names {
+        if !ids.contains(&n.trim()) {
+            return Err(format!(
+                "unknown engine {n:?}; available: {}",
+                ids.join(", ")
+            ));
+        }
+    }
+    all.retain(|e| names.iter().any(|n| n.trim() == e.id));
+    Ok(all)
 }
 
 fn pick_modes(names: &[String]) -> Result<Vec<Mode>, String> {
-    let all: Vec<Mode> = Mode::INSERTS.iter().chain(&Mode::READS).copied().collect();
+    let all = ALL_MODES.to_vec();
     if names.is_empty() {
         return Ok(all);
     }
@@ -123,8 +126,8 @@ fn run(args: &Args) -> Result<(), String> {
     let mut cells = Vec::new();
     let mut serial = 0;
     for cfg in &engines {
-        for mode in &modes {
-            let n = if cfg.file && cfg.sync == Synchronous::Full && *mode == Mode::Direct {
+        for mode in modes.iter().filter(|m| cfg.modes.contains(m)) {
+            let n = if cfg.slow_direct && *mode == Mode::Direct {
                 args.full_direct_rows.clamp(1, args.rows)
             } else {
                 args.rows
@@ -132,8 +135,13 @@ fn run(args: &Args) -> Result<(), String> {
             // ORM and raw runs alternate, so that drift in the machine's speed
             // during the run affects both sides of a ratio alike.
             let mut best = [0f64; 2];
+            let sides: &[bool] = if cfg.raw.is_some() {
+                &[false, true]
+            } else {
+                &[false]
+            };
             for _ in 0..args.repeat {
-                for baseline in [false, true] {
+                for &baseline in sides {
                     let label = format!(
                         "{} {}{}",
                         cfg.id,
@@ -157,7 +165,7 @@ fn run(args: &Args) -> Result<(), String> {
                     bar.inc(1);
                 }
             }
-            for baseline in [false, true] {
+            for &baseline in sides {
                 cells.push(Cell {
                     engine: cfg.id,
                     mode: *mode,
@@ -189,17 +197,17 @@ fn run(args: &Args) -> Result<(), String> {
 
 /// One timed, verified run on a fresh database; returns objects per second.
 fn run_cell(
-    cfg: &EngineConfig,
+    cfg: &EngineSpec,
     mode: Mode,
     baseline: bool,
     n: usize,
     path: Option<&std::path::Path>,
 ) -> Result<f64, String> {
-    let mut target: Box<dyn Target> = if baseline {
-        Box::new(RawTarget::open(cfg, path)?)
-    } else {
-        Box::new(OrmTarget::open(cfg, path)?)
+    let open = match (&cfg.raw, baseline) {
+        (Some(raw), true) => raw,
+        _ => &cfg.orm,
     };
+    let mut target = open(path)?;
     let since = Utc::now();
     if Mode::INSERTS.contains(&mode) {
         let rows = make_all(n);
@@ -209,12 +217,12 @@ fn run_cell(
         if ids.len() != n || ids.iter().enumerate().any(|(i, &id)| id != i as i64 + 1) {
             return Err(format!("returned {} IDs, not 1..={n} in order", ids.len()));
         }
-        target.verify(&|c| verify_table(c, n, since))?;
+        verify_table(target.as_ref(), n, since)?;
         Ok(n as f64 / secs)
     } else {
         // Fill untimed with the fastest insert, then time the read.
         target.insert(Mode::BatchTrans, make_all(n))?;
-        target.verify(&|c| verify_table(c, n, since))?;
+        verify_table(target.as_ref(), n, since)?;
         let start = Instant::now();
         let rows = target.read(mode, n)?;
         let secs = start.elapsed().as_secs_f64();
@@ -250,7 +258,7 @@ fn fmt_rate(v: f64) -> String {
     out
 }
 
-fn report(args: &Args, engines: &[EngineConfig], cells: &[Cell]) -> String {
+fn report(args: &Args, engines: &[EngineSpec], cells: &[Cell]) -> String {
     let get: HashMap<(&str, &str, bool), &Cell> = cells
         .iter()
         .map(|c| ((c.engine, c.mode.id(), c.baseline), c))

@@ -53,46 +53,15 @@ impl Mode {
     }
 }
 
-/// An engine configuration: a row of the result tables.
+/// Totals of a filled table, read by the engine's own means.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct EngineConfig {
-    pub id: &'static str,
-    pub title: &'static str,
-    pub file: bool,
-    pub sync: Synchronous,
-    pub exclusive: bool,
+pub struct Stats {
+    pub count: i64,
+    /// Sum of Amount in 1/10,000.
+    pub amount_sum: i64,
+    pub min_id: i64,
+    pub max_id: i64,
 }
-
-pub const ENGINES: [EngineConfig; 4] = [
-    EngineConfig {
-        id: "sqlite-file-full",
-        title: "SQLite file full",
-        file: true,
-        sync: Synchronous::Full,
-        exclusive: false,
-    },
-    EngineConfig {
-        id: "sqlite-file-off",
-        title: "SQLite file off",
-        file: true,
-        sync: Synchronous::Off,
-        exclusive: false,
-    },
-    EngineConfig {
-        id: "sqlite-file-off-exc",
-        title: "SQLite file off exc",
-        file: true,
-        sync: Synchronous::Off,
-        exclusive: true,
-    },
-    EngineConfig {
-        id: "sqlite-mem",
-        title: "SQLite in memory",
-        file: false,
-        sync: Synchronous::Full,
-        exclusive: false,
-    },
-];
 
 /// What a timed run needs: the database, opened fresh.
 pub trait Target {
@@ -100,34 +69,55 @@ pub trait Target {
     fn insert(&mut self, mode: Mode, rows: Vec<Sample>) -> Result<Vec<i64>, String>;
     /// Reads `n` rows (IDs 1..=n) in `mode`.
     fn read(&mut self, mode: Mode, n: usize) -> Result<Vec<Sample>, String>;
-    /// Runs a verification on the database's connection.
-    fn verify(&self, f: &dyn Fn(&Connection) -> Result<(), String>) -> Result<(), String>;
+    /// The table's totals, read outside the path being measured.
+    fn stats(&self) -> Result<Stats, String>;
+    /// One row, read outside the path being measured.
+    fn fetch(&self, id: i64) -> Result<Option<Sample>, String>;
+}
+
+/// Opens a fresh target: in a new file under the given path when the engine
+/// keeps one.
+pub type Opener = Box<dyn Fn(Option<&Path>) -> Result<Box<dyn Target>, String>>;
+
+/// A row of the result tables: one engine configuration.
+pub struct EngineSpec {
+    pub id: &'static str,
+    pub title: &'static str,
+    /// Whether it needs a fresh file per run.
+    pub file: bool,
+    /// Whether every Direct insert waits for the disk (fewer rows are used).
+    pub slow_direct: bool,
+    /// The modes it runs; others print as "-".
+    pub modes: &'static [Mode],
+    pub orm: Opener,
+    /// The raw driver doing the same work, when there is one.
+    pub raw: Option<Opener>,
+}
+
+pub const ALL_MODES: [Mode; 7] = [
+    Mode::Direct,
+    Mode::Batch,
+    Mode::Trans,
+    Mode::BatchTrans,
+    Mode::ByOne,
+    Mode::AllVirtual,
+    Mode::AllDirect,
+];
+
+/// Verification reads that a storage engine answers natively.
+pub trait Native {
+    fn stats(&self) -> Result<Stats, String>;
+    fn fetch(&self, id: i64) -> Result<Option<Sample>, String>;
 }
 
 fn err(e: impl std::fmt::Display) -> String {
     e.to_string()
 }
 
-/// Burrow's ORM over the SQLite engine.
+/// Burrow's ORM over some engine, with that engine's native reads to verify.
 pub struct OrmTarget {
-    engine: Arc<SqliteEngine>,
-    client: Client,
-}
-
-impl OrmTarget {
-    pub fn open(cfg: &EngineConfig, path: Option<&Path>) -> Result<Self, String> {
-        let mut opts = match path {
-            Some(p) => SqliteOptions::file(p),
-            None => SqliteOptions::memory(),
-        }
-        .synchronous(cfg.sync);
-        if cfg.exclusive {
-            opts = opts.exclusive();
-        }
-        let engine = Arc::new(SqliteEngine::open(opts).map_err(err)?);
-        let client = Client::open(Model::new().with::<Sample>(), engine.clone()).map_err(err)?;
-        Ok(OrmTarget { engine, client })
-    }
+    pub client: Client,
+    pub native: Box<dyn Native>,
 }
 
 impl Target for OrmTarget {
@@ -180,8 +170,12 @@ impl Target for OrmTarget {
         }
     }
 
-    fn verify(&self, f: &dyn Fn(&Connection) -> Result<(), String>) -> Result<(), String> {
-        self.engine.with_connection(|c| Ok(f(c))).map_err(err)?
+    fn stats(&self) -> Result<Stats, String> {
+        self.native.stats()
+    }
+
+    fn fetch(&self, id: i64) -> Result<Option<Sample>, String> {
+        self.native.fetch(id)
     }
 }
 
@@ -198,18 +192,18 @@ const RAW_SELECT: &str =
 const RAW_BULK: usize = 200;
 
 impl RawTarget {
-    pub fn open(cfg: &EngineConfig, path: Option<&Path>) -> Result<Self, String> {
+    pub fn open(path: Option<&Path>, sync: Synchronous, exclusive: bool) -> Result<Self, String> {
         let conn = match path {
             Some(p) => Connection::open(p),
             None => Connection::open_in_memory(),
         }
         .map_err(err)?;
-        let sync = match cfg.sync {
+        let sync = match sync {
             Synchronous::Full => "FULL",
             Synchronous::Normal => "NORMAL",
             Synchronous::Off => "OFF",
         };
-        let lock = if cfg.exclusive { "EXCLUSIVE" } else { "NORMAL" };
+        let lock = if exclusive { "EXCLUSIVE" } else { "NORMAL" };
         conn.execute_batch(&format!(
             "PRAGMA synchronous={sync}; PRAGMA locking_mode={lock}; {RAW_DDL}"
         ))
@@ -334,7 +328,127 @@ impl Target for RawTarget {
         }
     }
 
-    fn verify(&self, f: &dyn Fn(&Connection) -> Result<(), String>) -> Result<(), String> {
-        f(&self.conn)
+    fn stats(&self) -> Result<Stats, String> {
+        sql_stats(&self.conn)
+    }
+
+    fn fetch(&self, id: i64) -> Result<Option<Sample>, String> {
+        sql_fetch(&self.conn, id)
+    }
+}
+
+/// Totals of the Sample table through SQL.
+pub fn sql_stats(conn: &Connection) -> Result<Stats, String> {
+    conn.query_row(
+        "SELECT count(*), coalesce(sum(Amount),0), coalesce(min(ID),0), coalesce(max(ID),0) FROM Sample",
+        [],
+        |r| {
+            Ok(Stats {
+                count: r.get(0)?,
+                amount_sum: r.get(1)?,
+                min_id: r.get(2)?,
+                max_id: r.get(3)?,
+            })
+        },
+    )
+    .map_err(err)
+}
+
+/// One Sample row through SQL.
+pub fn sql_fetch(conn: &Connection, id: i64) -> Result<Option<Sample>, String> {
+    let mut stmt = conn
+        .prepare_cached(&format!("{RAW_SELECT} WHERE ID=?"))
+        .map_err(err)?;
+    let mut rows = stmt.query([id]).map_err(err)?;
+    match rows.next().map_err(err)? {
+        Some(r) => raw_row(r).map(Some).map_err(err),
+        None => Ok(None),
+    }
+}
+
+/// The SQLite engine's tables answered through its connection.
+struct SqliteNative(Arc<SqliteEngine>);
+
+impl Native for SqliteNative {
+    fn stats(&self) -> Result<Stats, String> {
+        self.0.with_connection(|c| Ok(sql_stats(c))).map_err(err)?
+    }
+
+    fn fetch(&self, id: i64) -> Result<Option<Sample>, String> {
+        self.0
+            .with_connection(|c| Ok(sql_fetch(c, id)))
+            .map_err(err)?
+    }
+}
+
+/// The SQLite configurations, each with its raw-driver baseline.
+pub fn sqlite_engines() -> Vec<EngineSpec> {
+    let configs: [(&str, &str, bool, Synchronous, bool); 4] = [
+        (
+            "sqlite-file-full",
+            "SQLite file full",
+            true,
+            Synchronous::Full,
+            false,
+        ),
+        (
+            "sqlite-file-off",
+            "SQLite file off",
+            true,
+            Synchronous::Off,
+            false,
+        ),
+        (
+            "sqlite-file-off-exc",
+            "SQLite file off exc",
+            true,
+            Synchronous::Off,
+            true,
+        ),
+        (
+            "sqlite-mem",
+            "SQLite in memory",
+            false,
+            Synchronous::Full,
+            false,
+        ),
+    ];
+    configs
+        .into_iter()
+        .map(|(id, title, file, sync, exclusive)| EngineSpec {
+            id,
+            title,
+            file,
+            slow_direct: file && sync == Synchronous::Full,
+            modes: &ALL_MODES,
+            orm: Box::new(move |path: Option<&Path>| {
+                let engine = Arc::new(
+                    SqliteEngine::open(sqlite_options(path, sync, exclusive)).map_err(err)?,
+                );
+                let client =
+                    Client::open(Model::new().with::<Sample>(), engine.clone()).map_err(err)?;
+                Ok(Box::new(OrmTarget {
+                    client,
+                    native: Box::new(SqliteNative(engine)),
+                }) as Box<dyn Target>)
+            }),
+            raw: Some(Box::new(move |path: Option<&Path>| {
+                Ok(Box::new(RawTarget::open(path, sync, exclusive)?) as Box<dyn Target>)
+            })),
+        })
+        .collect()
+}
+
+/// The engine options of a SQLite configuration.
+pub fn sqlite_options(path: Option<&Path>, sync: Synchronous, exclusive: bool) -> SqliteOptions {
+    let opts = match path {
+        Some(p) => SqliteOptions::file(p),
+        None => SqliteOptions::memory(),
+    }
+    .synchronous(sync);
+    if exclusive {
+        opts.exclusive()
+    } else {
+        opts
     }
 }
