@@ -14,6 +14,8 @@ use crate::storage::{BatchItem, BatchOp};
 pub struct BatchOptions {
     /// Commit automatically every this many items (0: no automatic transaction,
     /// each statement commits on its own). Ignored inside an explicit transaction.
+    /// When an engine fails outright (not one item), the chunk in progress is
+    /// rolled back and the chunks committed before it stay.
     pub auto_transaction_rows: usize,
     /// On the first failed item, roll back the whole batch and return the error.
     /// The batch then runs as one transaction, whatever `auto_transaction_rows`

@@ -11,9 +11,10 @@
 //! statement (or one batch run), so calls from many threads are safe and each is
 //! atomic. A transaction belongs to the thread that began it: until it ends,
 //! that thread's calls run inside it and other threads' calls wait. SQLite
-//! serialises writers anyway, and an in-process call costs about a microsecond,
-//! so one connection measured faster than a pool for the ORM's short statements;
-//! a reader pool in WAL mode would only pay off for long concurrent reads.
+//! serialises writers anyway, and an in-process call takes about a microsecond,
+//! so the lock is held only briefly; the cost of this model is that reads from
+//! several threads do not run in parallel. A pool of reader connections in WAL
+//! mode would lift that for read-heavy multi-threaded loads; it is not built yet.
 //!
 //! # Storage
 //!
