@@ -102,7 +102,11 @@ pub struct ParseCurrencyError(String);
 
 impl fmt::Display for ParseCurrencyError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "not a currency amount with at most 4 decimals: {:?}", self.0)
+        write!(
+            f,
+            "not a currency amount with at most 4 decimals: {:?}",
+            self.0
+        )
     }
 }
 
@@ -122,17 +126,20 @@ impl FromStr for Currency {
         let (int_part, frac_part) = body.split_once('.').unwrap_or((body, ""));
         if int_part.is_empty() && frac_part.is_empty()
             || frac_part.len() > 4
+            || int_part.len() > 19
             || !int_part.bytes().all(|b| b.is_ascii_digit())
             || !frac_part.bytes().all(|b| b.is_ascii_digit())
         {
             return Err(err());
         }
-        let int: i64 = if int_part.is_empty() {
+        // In i128, so that the most negative amount (whose magnitude has no
+        // positive i64) parses.
+        let int: i128 = if int_part.is_empty() {
             0
         } else {
             int_part.parse().map_err(|_| err())?
         };
-        let mut frac: i64 = if frac_part.is_empty() {
+        let mut frac: i128 = if frac_part.is_empty() {
             0
         } else {
             frac_part.parse().map_err(|_| err())?
@@ -140,11 +147,9 @@ impl FromStr for Currency {
         for _ in frac_part.len()..4 {
             frac *= 10;
         }
-        let units = int
-            .checked_mul(CURRENCY_SCALE)
-            .and_then(|v| v.checked_add(frac))
-            .ok_or_else(err)?;
-        Ok(Currency(if neg { -units } else { units }))
+        let units = int * CURRENCY_SCALE as i128 + frac;
+        let units = if neg { -units } else { units };
+        i64::try_from(units).map(Currency).map_err(|_| err())
     }
 }
 
@@ -183,8 +188,33 @@ mod test {
     }
 
     #[test]
+    fn extremes_round_trip() -> Result<(), ParseCurrencyError> {
+        for c in [
+            Currency::from_scaled(i64::MIN),
+            Currency::from_scaled(i64::MAX),
+        ] {
+            assert_eq!(c.to_string().parse::<Currency>()?, c);
+        }
+        assert!("922337203685477.5808".parse::<Currency>().is_err());
+        assert!("99999999999999999999999999999999999999"
+            .parse::<Currency>()
+            .is_err());
+        Ok(())
+    }
+
+    #[test]
     fn rejects_bad_text() {
-        for bad in ["", "-", ".", "1.23456", "1e3", "abc", "1.2.3", "--1", "99999999999999999"] {
+        for bad in [
+            "",
+            "-",
+            ".",
+            "1.23456",
+            "1e3",
+            "abc",
+            "1.2.3",
+            "--1",
+            "99999999999999999",
+        ] {
             assert!(bad.parse::<Currency>().is_err(), "{bad}");
         }
     }

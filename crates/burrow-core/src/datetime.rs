@@ -106,18 +106,25 @@ pub fn parse_date(s: &str) -> Option<NaiveDate> {
 /// Parses `YYYY-MM-DD[T| ]hh:mm[:ss[.fraction]]` with an optional `Z` or `+00:00`,
 /// read as UTC; a date alone is midnight. Other offsets are converted to UTC.
 pub fn parse_datetime(s: &str) -> Option<DateTime<Utc>> {
-    let b = s.as_bytes();
-    if b.len() == 10 {
+    // The date ends at the separator: after 10 bytes, or later for the signed
+    // extended years written outside 0..=9999.
+    let sep = s
+        .char_indices()
+        .skip(1)
+        .find(|&(_, c)| c == 'T' || c == ' ')
+        .map(|(i, _)| i);
+    let Some(sep) = sep else {
         return parse_date(s).map(|d| d.and_time(NaiveTime::MIN).and_utc());
-    }
-    if b.len() < 16 || !(b[10] == b'T' || b[10] == b' ') || b[13] != b':' {
+    };
+    let date = parse_date(&s[..sep])?;
+    let b = &s.as_bytes()[sep + 1..];
+    if b.len() < 5 || b[2] != b':' {
         return DateTime::parse_from_rfc3339(s)
             .ok()
             .map(|t| t.with_timezone(&Utc));
     }
-    let date = parse_date(&s[..10])?;
-    let (hour, min) = (num(&b[11..13])?, num(&b[14..16])?);
-    let mut rest = &b[16..];
+    let (hour, min) = (num(&b[0..2])?, num(&b[3..5])?);
+    let mut rest = &b[5..];
     let (mut sec, mut nanos) = (0, 0);
     if let [b':', s1, s2, tail @ ..] = rest {
         sec = num(&[*s1, *s2])?;
@@ -174,6 +181,10 @@ mod test {
             let t = parse_datetime(s).unwrap();
             assert_eq!(format_datetime(t), s);
         }
+        for s in ["-0044-03-15T12:30:15.000000005", "+10000-01-01T00:00:00"] {
+            let t = parse_datetime(s).unwrap();
+            assert_eq!(format_datetime(t), s);
+        }
         let now = Utc::now();
         assert_eq!(parse_datetime(&format_datetime(now)), Some(now));
     }
@@ -188,6 +199,8 @@ mod test {
             parse_datetime("2024-01-02T00:00:00")
         );
         assert_eq!(parse_datetime("2024-01-02T25:00:00"), None);
+        assert_eq!(parse_datetime("2024-01-02T"), None);
+        assert_eq!(parse_datetime("T"), None);
         assert_eq!(parse_datetime("2024-01-02T03:04:05.1234567890"), None);
     }
 

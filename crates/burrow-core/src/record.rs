@@ -300,16 +300,18 @@ impl<T: FieldType> FieldType for Option<T> {
     fn from_value(v: ValueRef<'_>) -> Result<Self, ConvertError> {
         match v {
             ValueRef::Null => Ok(None),
-            v => T::from_value(v).map(Some),
+            v => {
+                let json_null = T::KIND == FieldKind::Json
+                    && matches!(&v, ValueRef::Text(t) if t.trim() == "null");
+                match T::from_value(v) {
+                    Ok(x) => Ok(Some(x)),
+                    // A JSON null that the type cannot hold (as in a column
+                    // added to rows written before the field existed) is absent.
+                    Err(_) if json_null => Ok(None),
+                    Err(e) => Err(e),
+                }
+            }
         }
-    }
-    fn assign(&mut self, v: ValueRef<'_>) -> Result<(), ConvertError> {
-        match (self.as_mut(), v) {
-            (_, ValueRef::Null) => *self = None,
-            (Some(inner), v) => inner.assign(v)?,
-            (None, v) => *self = Some(T::from_value(v)?),
-        }
-        Ok(())
     }
 }
 
@@ -325,7 +327,15 @@ fn json_parse<T: DeserializeOwned>(v: ValueRef<'_>) -> Result<T, ConvertError> {
     match v {
         ValueRef::Text(ref t) => serde_json::from_str(t).map_err(|e| ConvertError {
             expected: "JSON",
-            found: format!("invalid JSON ({e})"),
+            found: if t.trim() == "null" {
+                // The default of a JSON column added to a table that had rows.
+                format!(
+                    "JSON null, which this type cannot hold ({e}); a row written before \
+                     the field existed? Declare such a field as an Option"
+                )
+            } else {
+                format!("invalid JSON ({e})")
+            },
         }),
         other => Err(ConvertError::new("JSON text", &other)),
     }

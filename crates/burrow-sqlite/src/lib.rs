@@ -220,6 +220,9 @@ fn write_err(table: &Table, e: rusqlite::Error) -> Error {
             )),
             _ => eng(e),
         },
+        rusqlite::Error::ToSqlConversionFailure(why) => {
+            Error::BadInput(format!("{}: {why}", table.name))
+        }
         _ => eng(e),
     }
 }
@@ -235,6 +238,12 @@ fn bind(
     let out = match v {
         ValueRef::Null => SqlValue::Null,
         ValueRef::Int(i) => SqlValue::Integer(*i),
+        // SQLite would store NaN as NULL: refuse it rather than lose it.
+        ValueRef::Real(f) if f.is_nan() => {
+            return Err(rusqlite::Error::ToSqlConversionFailure(
+                "NaN cannot be stored (SQLite has no NaN)".into(),
+            ))
+        }
         ValueRef::Real(f) => SqlValue::Real(*f),
         ValueRef::Bool(b) => SqlValue::Integer(i64::from(*b)),
         ValueRef::Currency(c) => SqlValue::Integer(c.scaled()),
@@ -353,10 +362,12 @@ impl Row for NamedRow<'_, '_> {
 
 impl Inner {
     fn table(&mut self, table: &Table) -> Result<usize> {
+        // By address, or by an identical definition: two versions of a record
+        // with the same table name each keep their own statements.
         self.tables
             .iter()
             .position(|t| std::ptr::eq(t.table, table))
-            .or_else(|| self.tables.iter().position(|t| t.table.same(table)))
+            .or_else(|| self.tables.iter().position(|t| t.table == table))
             .ok_or_else(|| {
                 Error::UnknownTable(format!("{} is not open in this SQLite engine", table.name))
             })
@@ -400,24 +411,44 @@ impl Inner {
         for (c, chunk) in items.chunks(per).enumerate() {
             let Inner {
                 hot,
+                tables,
                 conn,
                 last_time,
                 ..
             } = &mut *self;
-            // Kept and cached statements differ in lifetime, so each branch runs its own.
-            let done = if chunk.len() == per {
-                bind_rows(&mut hot[t].bulk_insert, chunk, nf, last_time)
-            } else {
-                match conn.prepare_cached(&sql::bulk_insert_sql(table, chunk.len())) {
-                    Ok(mut stmt) => bind_rows(&mut stmt, chunk, nf, last_time),
-                    Err(e) => Err(e),
+            // A multi-row INSERT gives its rows the IDs after the current
+            // maximum, one by one, unless that maximum is near i64::MAX (then
+            // SQLite picks free IDs at random): such chunks go row by row.
+            let max: Option<i64> = conn
+                .prepare_cached(&tables[t].max_id)
+                .and_then(|mut s| s.query_row([], |r| r.get(0)))
+                .map_err(eng)?;
+            let first = max.unwrap_or(0).checked_add(1);
+            let last = first.and_then(|f| f.checked_add(chunk.len() as i64 - 1));
+            let done = match (first, last) {
+                // Kept and cached statements differ in lifetime, so each
+                // branch runs its own.
+                (Some(_), Some(_)) if chunk.len() == per => {
+                    bind_rows(&mut hot[t].bulk_insert, chunk, nf, last_time)
                 }
+                (Some(_), Some(_)) => {
+                    match conn.prepare_cached(&sql::bulk_insert_sql(table, chunk.len())) {
+                        Ok(mut stmt) => bind_rows(&mut stmt, chunk, nf, last_time),
+                        Err(e) => Err(e),
+                    }
+                }
+                _ => Err(rusqlite::Error::InvalidQuery),
             };
-            if done.is_ok() {
-                // One INSERT gives its rows consecutive rowids after the current
-                // maximum (no AUTOINCREMENT, and we hold the only connection lock).
-                let last = conn.last_insert_rowid();
-                let first = last - chunk.len() as i64 + 1;
+            if let (Ok(_), Some(first), Some(last)) = (&done, first, last) {
+                if conn.last_insert_rowid() != last {
+                    return Err(Error::engine(
+                        ENGINE,
+                        format!(
+                            "a bulk insert into {} was not given IDs {first}..={last}",
+                            table.name
+                        ),
+                    ));
+                }
                 results.extend((first..=last).map(BatchResult::Added));
                 continue;
             }
@@ -560,7 +591,11 @@ impl Storage for SqliteEngine {
     fn ensure_table(&self, table: &'static Table) -> Result<()> {
         let mut g = self.lock();
         schema::ensure(&g.conn, table)?;
-        if !g.tables.iter().any(|t| t.table.same(table)) {
+        if !g
+            .tables
+            .iter()
+            .any(|t| std::ptr::eq(t.table, table) || t.table == table)
+        {
             let sql = TableSql::new(table);
             let hot = Hot::prepare(&g.conn, &sql).map_err(eng)?;
             g.hot.push(hot);

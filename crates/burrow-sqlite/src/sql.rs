@@ -83,6 +83,8 @@ pub struct TableSql {
     pub update_all: String,
     /// `DELETE FROM t WHERE ID=?`
     pub delete: String,
+    /// `SELECT max(ID) FROM t`
+    pub max_id: String,
     /// Partial updates seen so far, by field list.
     pub update_some: HashMap<Vec<usize>, String>,
 }
@@ -118,6 +120,7 @@ impl TableSql {
             bulk_rows,
             update_all,
             delete: format!("DELETE FROM {name} WHERE ID=?"),
+            max_id: format!("SELECT max(ID) FROM {name}"),
             update_some: HashMap::new(),
         }
     }

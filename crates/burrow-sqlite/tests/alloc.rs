@@ -60,7 +60,10 @@ fn allocations(f: impl FnOnce() -> burrow_core::Result<()>) -> burrow_core::Resu
 
 #[test]
 fn per_row_paths_do_not_allocate() -> burrow_core::Result<()> {
-    let db = Client::open(Model::new().with::<Sample>(), Arc::new(SqliteEngine::memory()?))?;
+    let db = Client::open(
+        Model::new().with::<Sample>(),
+        Arc::new(SqliteEngine::memory()?),
+    )?;
     let mut rec = Sample {
         id: 0,
         first_name: "Salvador".into(),

@@ -11,7 +11,7 @@ use std::path::PathBuf;
 use std::sync::Arc;
 
 use burrow::chrono::{DateTime, NaiveDate, Utc};
-use burrow::sqlite::{SqliteEngine, SqliteOptions, Synchronous};
+use burrow::sqlite::{SqliteEngine, SqliteOptions};
 use burrow::{Client, Currency, Model, Orm, Query, Record, Ref, Storage};
 use tempfile::TempDir;
 
@@ -220,29 +220,6 @@ impl Factory for SqliteFile {
     }
     fn slow_writes(&self) -> bool {
         true
-    }
-}
-
-/// SQLite in a file with `synchronous=OFF`: for the tests that write thousands
-/// of rows one by one, where the disk sync would only cost time.
-pub struct SqliteFileFast;
-
-impl Factory for SqliteFileFast {
-    fn name(&self) -> &'static str {
-        "sqlite-file-sync-off"
-    }
-    fn fresh(&self) -> Result<Store, Box<dyn StdError>> {
-        let dir = tempfile::tempdir()?;
-        let path: PathBuf = dir.path().join("burrow.db");
-        let open = move || {
-            SqliteEngine::open(SqliteOptions::file(&path).synchronous(Synchronous::Off))
-                .map(sqlite_opened)
-        };
-        Ok(Store {
-            opened: Some(open()?),
-            reopen: Some(Box::new(open)),
-            _dir: Some(dir),
-        })
     }
 }
 

@@ -68,7 +68,11 @@ fn add_with_id_forces_the_id(f: &dyn Factory) -> TestResult {
     // Large and small forced IDs.
     let mut big = Sample::new("big", 3, "4");
     assert_eq!(c.add_with_id(&mut big, i64::MAX - 1)?, i64::MAX - 1);
-    same(&c.retrieve::<Sample>(i64::MAX - 1)?, &big, "large forced ID")?;
+    same(
+        &c.retrieve::<Sample>(i64::MAX - 1)?,
+        &big,
+        "large forced ID",
+    )?;
     let mut one = Sample::new("one", 4, "5");
     assert_eq!(c.add_with_id(&mut one, 1)?, 1);
     same(&c.retrieve::<Sample>(1)?, &one, "forced ID 1")?;
@@ -85,7 +89,11 @@ fn add_with_id_taken_is_a_unique_violation(f: &dyn Factory) -> TestResult {
     let err = expect_kind!(c.add_with_id(&mut dup, 7), UniqueViolation);
     assert!(matches!(err, Error::UniqueViolation { .. }), "{err:?}");
     assert_eq!(dup.id, 0, "the ID is not set on failure");
-    same(&all::<Sample>(&c)?, &before, "data after a duplicate forced ID")?;
+    same(
+        &all::<Sample>(&c)?,
+        &before,
+        "data after a duplicate forced ID",
+    )?;
     // The name of the refused record is free.
     assert!(c
         .retrieve_where::<Sample>("Name = ?", &params!["second"])?
@@ -113,7 +121,11 @@ fn retrieve_get_and_retrieve_into_when_missing(f: &dyn Factory) -> TestResult {
     let mut into = Sample::new("untouched", 5, "5");
     let copy = into.clone();
     assert!(!c.retrieve_into(missing, &mut into)?);
-    same(&into, &copy, "retrieve_into leaves the record alone when missing")?;
+    same(
+        &into,
+        &copy,
+        "retrieve_into leaves the record alone when missing",
+    )?;
     Ok(())
 }
 
@@ -165,7 +177,10 @@ fn update_writes_every_field(f: &dyn Factory) -> TestResult {
     let mut s = Sample::new("before", 1, "1");
     c.add(&mut s)?;
     let t1 = Utc::now();
-    assert!(s.created_at >= t0 && s.created_at <= t1, "created time filled");
+    assert!(
+        s.created_at >= t0 && s.created_at <= t1,
+        "created time filled"
+    );
     assert!(s.changed >= t0 && s.changed <= t1, "modified time filled");
     let created = s.created_at;
     let mut other = Sample::new("other", 2, "2");
@@ -204,14 +219,24 @@ fn update_of_a_missing_id_is_not_found(f: &dyn Factory) -> TestResult {
     let mut ghost = Sample::new("ghost", 9, "9");
     ghost.id = 999_999;
     let err = expect_kind!(c.update(&mut ghost), NotFound);
-    assert!(matches!(err, Error::NotFound { id: 999_999, .. }), "{err:?}");
+    assert!(
+        matches!(err, Error::NotFound { id: 999_999, .. }),
+        "{err:?}"
+    );
     expect_kind!(c.update_fields(&mut ghost, &["Name"]), NotFound);
     // Missing even when its unique name collides with an existing row.
     ghost.name = seeded[0].name.clone();
     let r = c.update(&mut ghost);
     assert!(r.is_err(), "update of a missing ID succeeded");
-    same(&all::<Sample>(&c)?, &before, "data after updates of a missing ID")?;
-    assert!(c.get::<Sample>(999_999)?.is_none(), "update must not insert");
+    same(
+        &all::<Sample>(&c)?,
+        &before,
+        "data after updates of a missing ID",
+    )?;
+    assert!(
+        c.get::<Sample>(999_999)?.is_none(),
+        "update must not insert"
+    );
     Ok(())
 }
 
@@ -259,7 +284,10 @@ fn delete_by_id(f: &dyn Factory) -> TestResult {
     let c = store.open()?;
     let seeded = seed(&c, "d", 4)?;
     assert!(c.delete::<Sample>(seeded[1].id)?);
-    assert!(!c.delete::<Sample>(seeded[1].id)?, "second delete finds nothing");
+    assert!(
+        !c.delete::<Sample>(seeded[1].id)?,
+        "second delete finds nothing"
+    );
     assert!(!c.delete::<Sample>(123_456)?);
     expect_kind!(c.retrieve::<Sample>(seeded[1].id), NotFound);
     assert_eq!(c.count::<Sample>("", &[])?, 3);
@@ -301,7 +329,11 @@ fn delete_where_refuses_an_empty_where(f: &dyn Factory) -> TestResult {
     let err = expect_kind!(c.delete_where::<Sample>("", &[]), BadInput);
     assert!(matches!(err, Error::BadInput(_)), "{err:?}");
     expect_kind!(c.delete_where::<Sample>("   \n\t", &[]), BadInput);
-    same(&all::<Sample>(&c)?, &before, "data after refused delete_where")?;
+    same(
+        &all::<Sample>(&c)?,
+        &before,
+        "data after refused delete_where",
+    )?;
     Ok(())
 }
 
@@ -406,7 +438,9 @@ fn for_each_streams_every_row(f: &dyn Factory) -> TestResult {
     same(&seen, &seeded, "streamed rows")?;
     let mut n = 0;
     c.for_each::<Sample>(
-        &Query::filter("Age >= ?", params![20]).order_by("Age").desc(),
+        &Query::filter("Age >= ?", params![20])
+            .order_by("Age")
+            .desc(),
         &mut |s| {
             assert_eq!(s.age, 24 - n);
             n += 1;
@@ -471,8 +505,14 @@ fn one_field_value_is_typed(f: &dyn Factory) -> TestResult {
         c.one_field_value::<Sample>("Name", w, &p)?,
         Some(Value::Text("o2".into()))
     );
-    assert_eq!(c.one_field_value::<Sample>("ID", w, &p)?, Some(Value::Int(s.id)));
-    assert_eq!(c.one_field_value::<Sample>("Age", w, &p)?, Some(Value::Int(2)));
+    assert_eq!(
+        c.one_field_value::<Sample>("ID", w, &p)?,
+        Some(Value::Int(s.id))
+    );
+    assert_eq!(
+        c.one_field_value::<Sample>("Age", w, &p)?,
+        Some(Value::Int(2))
+    );
     assert_eq!(
         c.one_field_value::<Sample>("Amount", w, &p)?,
         Some(Value::Currency(cur("2.5")))
@@ -485,7 +525,10 @@ fn one_field_value_is_typed(f: &dyn Factory) -> TestResult {
         c.one_field_value::<Sample>("CreatedAt", w, &p)?,
         Some(Value::DateTime(s.created_at))
     );
-    assert_eq!(c.one_field_value::<Sample>("Note", w, &p)?, Some(Value::Null));
+    assert_eq!(
+        c.one_field_value::<Sample>("Note", w, &p)?,
+        Some(Value::Null)
+    );
     assert_eq!(
         c.one_field_value::<Sample>("Name", "Name = ?", &params!["zzz"])?,
         None
@@ -525,12 +568,16 @@ fn unknown_table_is_refused_everywhere(f: &dyn Factory) -> TestResult {
     check(c.retrieve::<Stranger>(1).map(drop), "retrieve")?;
     check(c.get::<Stranger>(1).map(drop), "get")?;
     check(c.retrieve_into(1, &mut x).map(drop), "retrieve_into")?;
-    check(c.retrieve_where::<Stranger>("", &[]).map(drop), "retrieve_where")?;
+    check(
+        c.retrieve_where::<Stranger>("", &[]).map(drop),
+        "retrieve_where",
+    )?;
     check(c.update(&mut x), "update")?;
     check(c.update_fields(&mut x, &["Name"]), "update_fields")?;
     check(c.delete::<Stranger>(1).map(drop), "delete")?;
     check(
-        c.delete_where::<Stranger>("Name = ?", &params!["x"]).map(drop),
+        c.delete_where::<Stranger>("Name = ?", &params!["x"])
+            .map(drop),
         "delete_where",
     )?;
     check(c.list::<Stranger>("", &[]).map(drop), "list")?;
@@ -549,7 +596,11 @@ fn unknown_table_is_refused_everywhere(f: &dyn Factory) -> TestResult {
     batch.add(Sample::new("batched-before-the-stranger", 5, "5"));
     batch.add(x.clone());
     check(c.send(&mut batch).map(drop), "send")?;
-    assert_eq!(c.count::<Sample>("", &[])?, 2, "nothing of the batch written");
+    assert_eq!(
+        c.count::<Sample>("", &[])?,
+        2,
+        "nothing of the batch written"
+    );
     if let Some(exists) = store.raw_table_exists("Stranger") {
         assert!(!exists?, "no Stranger table was created");
     }
@@ -560,7 +611,9 @@ fn empty_table_reads(f: &dyn Factory) -> TestResult {
     let store = f.fresh()?;
     let c = store.open()?;
     assert!(c.list::<Sample>("", &[])?.is_empty());
-    assert!(c.select::<Sample>(&Query::all().order_by("Name").limit(3))?.is_empty());
+    assert!(c
+        .select::<Sample>(&Query::all().order_by("Name").limit(3))?
+        .is_empty());
     assert!(c.retrieve_where::<Sample>("", &[])?.is_none());
     assert_eq!(c.one_field_value::<Sample>("Name", "", &[])?, None);
     assert_eq!(c.delete_where::<Sample>("Age > 0", &[])?, 0);
