@@ -123,7 +123,10 @@ impl fmt::Display for Error {
         match self {
             Error::NotFound { table, id } => write!(f, "{table} {id} not found"),
             Error::UniqueViolation { table, detail } => {
-                write!(f, "duplicate value refused by a unique key of {table}: {detail}")
+                write!(
+                    f,
+                    "duplicate value refused by a unique key of {table}: {detail}"
+                )
             }
             Error::UnknownTable(t) => write!(f, "unknown table {t:?}"),
             Error::UnknownField { table, field } => {

@@ -128,7 +128,10 @@ impl Filter {
         }
         let expr = p.expr()?;
         if let Some(t) = p.toks.get(p.pos) {
-            return Err(bad(format!("unexpected {} after the expression", t.describe())));
+            return Err(bad(format!(
+                "unexpected {} after the expression",
+                t.describe()
+            )));
         }
         if p.used != params.len() {
             return Err(bad(format!(
@@ -534,7 +537,10 @@ impl Parser<'_> {
         if self.eat_kw("is") {
             let neg = self.eat_kw("not");
             if !self.eat_kw("null") {
-                return Err(bad(format!("expected NULL after IS, found {}", self.found())));
+                return Err(bad(format!(
+                    "expected NULL after IS, found {}",
+                    self.found()
+                )));
             }
             return Ok(Expr::IsNull(col, neg));
         }
@@ -562,7 +568,10 @@ impl Parser<'_> {
         if self.eat_kw("between") {
             let lo = self.operand(col, kind)?;
             if !self.eat_kw("and") {
-                return Err(bad(format!("expected AND in BETWEEN, found {}", self.found())));
+                return Err(bad(format!(
+                    "expected AND in BETWEEN, found {}",
+                    self.found()
+                )));
             }
             let hi = self.operand(col, kind)?;
             return Ok(Expr::Between(col, lo, hi, neg));
@@ -602,7 +611,11 @@ impl Parser<'_> {
             )));
         }
         let v = coerce(kind, raw).map_err(|v| Error::TypeMismatch {
-            at: format!("{}.{} in WHERE", self.table.name, self.table.column_name(col)),
+            at: format!(
+                "{}.{} in WHERE",
+                self.table.name,
+                self.table.column_name(col)
+            ),
             expected: kind.name(),
             found: v.type_name().to_owned(),
         })?;
@@ -650,7 +663,11 @@ mod test {
 
     #[test]
     fn literals_become_parameters() -> Result<()> {
-        let f = Filter::parse(&T, "name = 'O''Brien' and Amount >= 2 or ID in (1, ?)", &[7.into()])?;
+        let f = Filter::parse(
+            &T,
+            "name = 'O''Brien' and Amount >= 2 or ID in (1, ?)",
+            &[7.into()],
+        )?;
         assert_eq!(sql(&f), r#"(("Name"=? AND "Amount">=?) OR "ID" IN (?,?))"#);
         assert_eq!(
             f.params,
@@ -667,7 +684,10 @@ mod test {
     #[test]
     fn mormot_inline_parameters() -> Result<()> {
         let f = Filter::parse(&T, "Name=:('Du'':pont'): and Age>:(42):", &[])?;
-        assert_eq!(f.params, vec![Value::Text("Du':pont".into()), Value::Int(42)]);
+        assert_eq!(
+            f.params,
+            vec![Value::Text("Du':pont".into()), Value::Int(42)]
+        );
         Ok(())
     }
 
