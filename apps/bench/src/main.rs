@@ -7,6 +7,7 @@
 //! count, the exact sum of Amount, the content of sampled or all rows) before its
 //! figure is kept: a fast wrong answer fails the run.
 
+mod memory;
 mod sample;
 mod targets;
 
@@ -44,6 +45,10 @@ struct Args {
     /// for the disk at every row (capped at --rows).
     #[arg(long, default_value_t = 500)]
     full_direct_rows: usize,
+    /// Rows saved and loaded to time the memory engine's binary file (run
+    /// when a memory engine is selected; 0 skips it).
+    #[arg(long, default_value_t = 1_000_000)]
+    persist_rows: usize,
     /// Also write the results as JSON to this file.
     #[arg(long)]
     json: Option<PathBuf>,
@@ -71,7 +76,9 @@ fn main() -> ExitCode {
 
 /// Every engine configuration the benchmark knows, in table order.
 fn all_engines() -> Vec<EngineSpec> {
-    sqlite_engines()
+    let mut all = sqlite_engines();
+    all.extend(memory::memory_engines());
+    all
 }
 
 fn pick_engines(names: &[String]) -> Result<Vec<EngineSpec>, String> {
@@ -176,11 +183,28 @@ fn run(args: &Args) -> Result<(), String> {
             }
         }
     }
+    let persist = if args.persist_rows > 0 && engines.iter().any(|e| e.id.starts_with("memory-")) {
+        bar.set_message(format!("memory engine: saving and loading {} rows", args.persist_rows));
+        Some(memory::persistence(dir.path(), args.persist_rows).map_err(|e| format!("persistence: {e}"))?)
+    } else {
+        None
+    };
     bar.finish_and_clear();
     print!("{}", report(args, &engines, &cells));
+    if let Some((save, load, size)) = persist {
+        println!(
+            "## Memory engine persistence\n\n{} rows in the binary file form (zstd): saved in {save:.3} s, loaded in {load:.3} s, file {:.1} MB ({} bytes); loaded rows verified.",
+            fmt_rate(args.persist_rows as f64),
+            size as f64 / 1e6,
+            size
+        );
+    }
     if let Some(path) = &args.json {
         let json = serde_json::json!({
             "rows": args.rows,
+            "persistence": persist.map(|(save, load, size)| serde_json::json!({
+                "rows": args.persist_rows, "save_secs": save, "load_secs": load, "file_bytes": size,
+            })),
             "results": cells.iter().map(|c| serde_json::json!({
                 "engine": c.engine,
                 "mode": c.mode.id(),
@@ -288,7 +312,8 @@ fn report(args: &Args, engines: &[EngineSpec], cells: &[Cell]) -> String {
         let _ = writeln!(out, "| engine | {} |", heads.join(" | "));
         let _ = writeln!(out, "|---|{}", "---:|".repeat(modes.len()));
         for e in engines {
-            for baseline in [false, true] {
+            let sides: &[bool] = if e.raw.is_some() { &[false, true] } else { &[false] };
+            for &baseline in sides {
                 let vals: Vec<String> = modes
                     .iter()
                     .map(|m| match get.get(&(e.id, m.id(), baseline)) {
@@ -322,26 +347,40 @@ fn report(args: &Args, engines: &[EngineSpec], cells: &[Cell]) -> String {
         );
     }
     let all: Vec<Mode> = Mode::INSERTS.iter().chain(&Mode::READS).copied().collect();
-    let _ = writeln!(out, "## ORM ÷ raw driver (same run; 1.00 = no overhead)\n");
-    let heads: Vec<_> = all.iter().map(|m| m.title()).collect();
-    let _ = writeln!(out, "| engine | {} |", heads.join(" | "));
-    let _ = writeln!(out, "|---|{}", "---:|".repeat(all.len()));
-    for e in engines {
-        let vals: Vec<String> = all
-            .iter()
-            .map(|m| {
-                match (
-                    get.get(&(e.id, m.id(), false)),
-                    get.get(&(e.id, m.id(), true)),
-                ) {
-                    (Some(o), Some(r)) if r.rows_per_sec > 0.0 => {
-                        format!("{:.2}", o.rows_per_sec / r.rows_per_sec)
+    let ratio_table = |out: &mut String, title: &str, rows: &[(&str, &str, &str, bool)]| {
+        if rows.is_empty() {
+            return;
+        }
+        let _ = writeln!(out, "## {title}\n");
+        let heads: Vec<_> = all.iter().map(|m| m.title()).collect();
+        let _ = writeln!(out, "| engine | {} |", heads.join(" | "));
+        let _ = writeln!(out, "|---|{}", "---:|".repeat(all.len()));
+        for &(label, num, den, den_raw) in rows {
+            let vals: Vec<String> = all
+                .iter()
+                .map(|m| match (get.get(&(num, m.id(), false)), get.get(&(den, m.id(), den_raw))) {
+                    (Some(a), Some(b)) if b.rows_per_sec > 0.0 && a.rows == b.rows => {
+                        format!("{:.2}", a.rows_per_sec / b.rows_per_sec)
                     }
                     _ => "-".into(),
-                }
-            })
-            .collect();
-        let _ = writeln!(out, "| {} | {} |", e.title, vals.join(" | "));
-    }
+                })
+                .collect();
+            let _ = writeln!(out, "| {label} | {} |", vals.join(" | "));
+        }
+        out.push('\n');
+    };
+    let raw_rows: Vec<_> = engines
+        .iter()
+        .filter(|e| e.raw.is_some())
+        .map(|e| (e.title, e.id, e.id, true))
+        .collect();
+    ratio_table(&mut out, "ORM ÷ raw driver (same run; 1.00 = no overhead)", &raw_rows);
+    let sqlite_mem = engines.iter().any(|e| e.id == "sqlite-mem");
+    let mem_rows: Vec<_> = engines
+        .iter()
+        .filter(|e| sqlite_mem && e.id.starts_with("memory-"))
+        .map(|e| (e.title, e.id, "sqlite-mem", false))
+        .collect();
+    ratio_table(&mut out, "Memory engine ÷ SQLite in memory (both through the ORM, same run)", &mem_rows);
     out
 }

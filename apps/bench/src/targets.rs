@@ -22,11 +22,12 @@ pub enum Mode {
     ByOne,
     AllVirtual,
     AllDirect,
+    Cached,
 }
 
 impl Mode {
     pub const INSERTS: [Mode; 4] = [Mode::Direct, Mode::Batch, Mode::Trans, Mode::BatchTrans];
-    pub const READS: [Mode; 3] = [Mode::ByOne, Mode::AllVirtual, Mode::AllDirect];
+    pub const READS: [Mode; 4] = [Mode::ByOne, Mode::AllVirtual, Mode::AllDirect, Mode::Cached];
 
     pub fn id(self) -> &'static str {
         match self {
@@ -37,6 +38,7 @@ impl Mode {
             Mode::ByOne => "by-one",
             Mode::AllVirtual => "all-virtual",
             Mode::AllDirect => "all-direct",
+            Mode::Cached => "cached",
         }
     }
 
@@ -49,6 +51,7 @@ impl Mode {
             Mode::ByOne => "By one",
             Mode::AllVirtual => "All Virtual",
             Mode::AllDirect => "All Direct",
+            Mode::Cached => "Cached",
         }
     }
 }
@@ -94,7 +97,19 @@ pub struct EngineSpec {
     pub raw: Option<Opener>,
 }
 
-pub const ALL_MODES: [Mode; 7] = [
+pub const ALL_MODES: [Mode; 8] = [
+    Mode::Direct,
+    Mode::Batch,
+    Mode::Trans,
+    Mode::BatchTrans,
+    Mode::ByOne,
+    Mode::AllVirtual,
+    Mode::AllDirect,
+    Mode::Cached,
+];
+
+/// Every mode but Cached: engines without a cache in front.
+pub const UNCACHED_MODES: [Mode; 7] = [
     Mode::Direct,
     Mode::Batch,
     Mode::Trans,
@@ -420,7 +435,7 @@ pub fn sqlite_engines() -> Vec<EngineSpec> {
             title,
             file,
             slow_direct: file && sync == Synchronous::Full,
-            modes: &ALL_MODES,
+            modes: &UNCACHED_MODES,
             orm: Box::new(move |path: Option<&Path>| {
                 let engine = Arc::new(
                     SqliteEngine::open(sqlite_options(path, sync, exclusive)).map_err(err)?,

@@ -304,7 +304,7 @@ fn like_values(v: &ValueRef<'_>, pat: &ValueRef<'_>) -> Result<Option<bool>> {
     match (v, pat) {
         (ValueRef::Text(t), ValueRef::Text(p)) => Ok(Some(like(p, t))),
         _ => Err(Error::Unsupported(format!(
-            "LIKE between {} and {} is unsupported by this engine's evaluator (text only)",
+            "LIKE on {} and {} (not text) is unsupported by the memory engine, use the virtual table",
             v.type_name(),
             pat.type_name()
         ))),
@@ -522,25 +522,47 @@ mod test {
         let c = |a: Value, b: Value| compare(&a.as_ref(), &b.as_ref());
         assert_eq!(c(Value::Int(1), Value::Real(1.0)), Some(Ordering::Equal));
         assert_eq!(c(Value::Int(1), Value::Real(1.5)), Some(Ordering::Less));
-        assert_eq!(c(Value::Int(-1), Value::Real(-1.5)), Some(Ordering::Greater));
+        assert_eq!(
+            c(Value::Int(-1), Value::Real(-1.5)),
+            Some(Ordering::Greater)
+        );
         assert_eq!(c(Value::Real(0.5), Value::Int(0)), Some(Ordering::Greater));
-        assert_eq!(c(Value::Int(i64::MAX), Value::Real(9.3e18)), Some(Ordering::Less));
-        assert_eq!(c(Value::Int(9), Value::Text("1".into())), Some(Ordering::Less));
-        assert_eq!(c(Value::Text("z".into()), Value::Blob(vec![0])), Some(Ordering::Less));
+        assert_eq!(
+            c(Value::Int(i64::MAX), Value::Real(9.3e18)),
+            Some(Ordering::Less)
+        );
+        assert_eq!(
+            c(Value::Int(9), Value::Text("1".into())),
+            Some(Ordering::Less)
+        );
+        assert_eq!(
+            c(Value::Text("z".into()), Value::Blob(vec![0])),
+            Some(Ordering::Less)
+        );
         assert_eq!(c(Value::Real(f64::NAN), Value::Int(1)), None);
         assert_eq!(c(Value::Null, Value::Null), None);
         assert_eq!(c(Value::Bool(true), Value::Int(1)), Some(Ordering::Equal));
         let d = NaiveDate::from_ymd_opt(2020, 5, 6).unwrap();
-        assert_eq!(c(Value::Date(d), Value::Text("2020-05-06".into())), Some(Ordering::Equal));
         assert_eq!(
-            c(Value::DateTime(d.and_hms_opt(0, 0, 0).unwrap().and_utc()), Value::Date(d)),
+            c(Value::Date(d), Value::Text("2020-05-06".into())),
+            Some(Ordering::Equal)
+        );
+        assert_eq!(
+            c(
+                Value::DateTime(d.and_hms_opt(0, 0, 0).unwrap().and_utc()),
+                Value::Date(d)
+            ),
             Some(Ordering::Greater)
         );
     }
 
     #[test]
     fn order_puts_nulls_first() {
-        let rows = [row(1, Some("b"), None), row(2, None, Some(1)), row(3, Some("a"), Some(0))];
+        let rows = [
+            row(1, Some("b"), None),
+            row(2, None, Some(1)),
+            row(3, Some("a"), Some(0)),
+        ];
         let mut v: Vec<&R> = rows.iter().collect();
         v.sort_by(|a, b| compare_rows(&[(Column::Field(0), false)], *a, *b).unwrap());
         assert_eq!(v.iter().map(|r| r.0).collect::<Vec<_>>(), [2, 3, 1]);
@@ -550,6 +572,15 @@ mod test {
             compare_rows(&[(Column::Field(3), true), (Column::Id, false)], *a, *b).unwrap()
         });
         assert_eq!(v.iter().map(|r| r.0).collect::<Vec<_>>(), [2, 3, 1]);
+    }
+
+    #[test]
+    fn like_on_non_text_is_unsupported_not_wrong() {
+        // The parser refuses it; a hand-built filter gets a clear error, not a guess.
+        let e = Expr::Like(Column::Field(3), 0, false);
+        let err = eval(&e, &[Value::from("4%")], &row(1, None, Some(42))).unwrap_err();
+        assert!(matches!(err, Error::Unsupported(_)), "{err}");
+        assert!(err.to_string().contains("use the virtual table"));
     }
 
     #[test]

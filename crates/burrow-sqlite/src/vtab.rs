@@ -289,7 +289,7 @@ unsafe impl VTabCursor for VirtualCursor<'_> {
             Value::Text(t) => SqlValue::Text(t.as_bytes()),
             Value::Blob(b) => SqlValue::Blob(b),
         };
-        ctx.set_result(&ToSqlOutput::Borrowed(out))
+        ctx.set_result(ToSqlOutput::Borrowed(out))
     }
 
     fn rowid(&self) -> rusqlite::Result<i64> {

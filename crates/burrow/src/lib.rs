@@ -5,7 +5,8 @@
 //! Everything an application needs is re-exported here, flat: the [`Record`]
 //! derive and trait, [`Orm`], [`Client`], [`Model`], [`Query`], [`Batch`],
 //! [`Value`], [`Currency`], [`Error`]. Engines live behind cargo features:
-//! `sqlite` (default) adds [`sqlite::SqliteEngine`].
+//! `sqlite` (default) adds [`sqlite::SqliteEngine`], `memory` (default) adds
+//! [`memory::MemoryEngine`].
 
 pub use burrow_core::*;
 pub use burrow_derive::Record;
@@ -15,3 +16,10 @@ pub use burrow_derive::Record;
 pub mod sqlite {
     pub use burrow_sqlite::{rusqlite, LockingMode, SqliteEngine, SqliteOptions, Synchronous};
 }
+
+/// The in-memory engine (feature `memory`).
+#[cfg(feature = "memory")]
+pub mod memory {
+    pub use burrow_memory::{FileError, FileFormat, MemoryEngine, MemoryOptions};
+}
+

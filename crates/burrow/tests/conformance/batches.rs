@@ -512,6 +512,9 @@ fn batch_ids_after_the_largest_id(f: &dyn Factory) -> TestResult {
         batch.add(Sample::new(&format!("after-max{i}"), i, "1"));
     }
     let results = c.send(&mut batch)?;
+    if !f.reuses_free_ids() {
+        return no_id_after_the_largest(f, &c, &results);
+    }
     let mut ids = HashSet::new();
     for (i, r) in results.iter().enumerate() {
         let id = r.id().ok_or_else(|| format!("item {i}: {r:?}"))?;
@@ -525,6 +528,35 @@ fn batch_ids_after_the_largest_id(f: &dyn Factory) -> TestResult {
     let mut one = Sample::new("one-after-max", 9, "1");
     let id = c.add(&mut one)?;
     assert_eq!(c.retrieve::<Sample>(id)?.name, "one-after-max");
+    Ok(())
+}
+
+/// For engines that never reuse IDs: with `i64::MAX` taken no ID is left, and
+/// each add says so clearly (not as a duplicate) and adds nothing.
+fn no_id_after_the_largest(f: &dyn Factory, c: &Client, results: &[BatchResult]) -> TestResult {
+    let exhausted = |e: &Error| -> TestResult {
+        let text = e.to_string();
+        assert_eq!(e.kind(), ErrorKind::BadInput, "{}: {text}", f.name());
+        assert!(
+            text.contains("IDs of table Sample are exhausted") && text.contains("explicitly"),
+            "{}: {text}",
+            f.name()
+        );
+        Ok(())
+    };
+    assert_eq!(results.len(), 5);
+    for (i, r) in results.iter().enumerate() {
+        match r {
+            BatchResult::Failed(e) => exhausted(e)?,
+            other => return Err(format!("item {i}: {other:?}").into()),
+        }
+    }
+    let mut one = Sample::new("one-after-max", 9, "1");
+    exhausted(&expect_kind!(c.add(&mut one), BadInput))?;
+    assert_eq!(c.count::<Sample>("", &[])?, 1, "nothing was added");
+    // An explicit ID still works.
+    assert_eq!(c.add_with_id(&mut one, 7)?, 7);
+    assert_eq!(c.retrieve::<Sample>(7)?.name, "one-after-max");
     Ok(())
 }
 

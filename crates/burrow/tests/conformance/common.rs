@@ -11,6 +11,7 @@ use std::path::PathBuf;
 use std::sync::Arc;
 
 use burrow::chrono::{DateTime, NaiveDate, Utc};
+use burrow::memory::{MemoryEngine, MemoryOptions};
 use burrow::sqlite::{SqliteEngine, SqliteOptions};
 use burrow::{Client, Currency, Model, Orm, Query, Record, Ref, Storage};
 use tempfile::TempDir;
@@ -29,7 +30,8 @@ macro_rules! conformance {
             engine_tests!($body;
                 sqlite_mem => $crate::common::SqliteMem,
                 sqlite_file => $crate::common::SqliteFile,
-                // memory => $crate::common::Memory,
+                memory => $crate::common::Memory,
+                memory_file => $crate::common::MemoryFile,
             );
         }
     )+};
@@ -90,6 +92,12 @@ pub trait Factory: Sync {
     /// Whether each write costs a disk sync: heavy tests then do less.
     fn slow_writes(&self) -> bool {
         false
+    }
+    /// Whether the engine may give a new record an ID that is free but below
+    /// the largest ever given (SQLite, once `i64::MAX` is taken); otherwise IDs
+    /// are never reused, and past `i64::MAX` only explicit IDs can be added.
+    fn reuses_free_ids(&self) -> bool {
+        true
     }
 }
 
@@ -220,6 +228,57 @@ impl Factory for SqliteFile {
     }
     fn slow_writes(&self) -> bool {
         true
+    }
+}
+
+fn memory_opened(e: MemoryEngine) -> Opened {
+    Opened {
+        engine: Arc::new(e),
+        sqlite: None,
+    }
+}
+
+/// The memory engine, without a file.
+pub struct Memory;
+
+impl Factory for Memory {
+    fn name(&self) -> &'static str {
+        "memory"
+    }
+    fn fresh(&self) -> Result<Store, Box<dyn StdError>> {
+        Ok(Store {
+            opened: Some(memory_opened(MemoryEngine::new())),
+            reopen: None,
+            _dir: None,
+        })
+    }
+    fn reuses_free_ids(&self) -> bool {
+        false
+    }
+}
+
+/// The memory engine persisted to a binary file, written after every commit so
+/// that a reopen sees what was committed.
+pub struct MemoryFile;
+
+impl Factory for MemoryFile {
+    fn name(&self) -> &'static str {
+        "memory-file"
+    }
+    fn fresh(&self) -> Result<Store, Box<dyn StdError>> {
+        let dir = tempfile::tempdir()?;
+        let path: PathBuf = dir.path().join("burrow.bmem");
+        let open = move || {
+            MemoryEngine::open(MemoryOptions::file(&path).save_on_commit(true)).map(memory_opened)
+        };
+        Ok(Store {
+            opened: Some(open()?),
+            reopen: Some(Box::new(open)),
+            _dir: Some(dir),
+        })
+    }
+    fn reuses_free_ids(&self) -> bool {
+        false
     }
 }
 

@@ -1,0 +1,865 @@
+//! Burrow's in-memory storage engine.
+//!
+//! [`MemoryEngine`] holds whole tables in memory behind the same
+//! [`burrow_core::Storage`] trait as SQLite, so any table of a model can live
+//! here while the others stay in SQLite:
+//!
+//! ```no_run
+//! # use std::sync::Arc;
+//! # use burrow_core::{Client, Model};
+//! # fn demo(model: Model, sqlite: Arc<dyn burrow_core::Storage>) -> burrow_core::Result<()> {
+//! use burrow_memory::{MemoryEngine, MemoryOptions};
+//! let memory = Arc::new(MemoryEngine::open(MemoryOptions::file("sessions.bmem"))?);
+//! let client = Client::builder(model).default_engine(sqlite).place::<Session>(memory).open()?;
+//! # Ok(()) }
+//! # #[derive(burrow_derive::Record)] #[burrow(crate = "burrow_core")] struct Session { id: i64 }
+//! ```
+//!
+//! # Rows and indexes
+//!
+//! A row is one byte string (one allocation): a NULL bitmap, the fixed-width
+//! fields in place, then the text and blob bytes; reading a field borrows from
+//! it, and dates, times and amounts come back typed, without parsing. NaN is
+//! refused ([`burrow_core::Error::BadInput`], nothing written), as the SQLite
+//! engine refuses it rather than store it as NULL. Every table
+//! has a hashed index on the ID, one on each `unique` field (enforced: a
+//! duplicate is an [`burrow_core::Error::UniqueViolation`] and changes nothing,
+//! for inserts, updates and batch items alike) and one on each `indexed` field.
+//! IDs are given out above the highest ever stored, never reused after a
+//! delete; the high-water mark is saved with the table. Once `i64::MAX` has been
+//! stored no ID is left to give: an add without an explicit ID is then a
+//! [`burrow_core::Error::BadInput`] saying so (per item in a batch), and adds
+//! nothing; explicit IDs still work.
+//!
+//! # Versions of a record
+//!
+//! Two record types with the same table name are two versions of one table,
+//! and both can be opened on one engine: opening the second adds the fields the
+//! table lacks (existing rows get NULL, or the type's zero value when NOT NULL,
+//! as SQLite's `ADD COLUMN` gives) and the indexes it asks for (duplicates in a
+//! field it makes unique are a [`burrow_core::Error::Schema`]); nothing is
+//! dropped. Each version sees the table through its own fields, matched by
+//! name: reads give its fields, its inserts give the fields it lacks their
+//! defaults, its updates leave them alone. A field whose kind changed is a
+//! [`burrow_core::Error::Schema`], except an `i32` or `u32` widened to `i64`
+//! (an `i64` and a reference are the same integer). A failed change leaves the
+//! table as it was. The rows are rewritten for new fields, so that cannot
+//! happen inside a transaction ([`burrow_core::Error::Transaction`]).
+//!
+//! # Queries
+//!
+//! Every WHERE the ORM parses is evaluated by [`burrow_core::eval`], with SQLite's
+//! semantics (NULLs, typed comparisons, `LIKE`), so answers equal SQLite's on the
+//! same data. An `=` or `IN` on the ID or an indexed field, alone or as a term of
+//! a top-level AND, is answered through its index; anything else scans. Rows
+//! come in ID order unless ORDER BY says otherwise (any columns, NULLs first
+//! ascending); LIMIT/OFFSET, `count` and `select_value` follow SQLite.
+//!
+//! # Concurrency and transactions
+//!
+//! The tables sit behind one `RwLock`: reads run in parallel, each write (or a
+//! whole batch) holds the write lock. A transaction belongs to the thread that
+//! began it, as in the SQLite engine: until it ends, that thread's calls run
+//! inside it and other threads' calls wait. Writes in a transaction keep an undo
+//! log (the old bytes of updated and deleted rows, moved rather than copied), so
+//! a rollback, or a batch with rollback-on-error, leaves nothing behind. Outside
+//! a transaction nothing is logged. A second `begin` on the same thread is
+//! [`burrow_core::Error::Transaction`]. A read callback must not call back into
+//! the engine.
+//!
+//! # Persistence
+//!
+//! With [`MemoryOptions::path`] set, the file is loaded on open (a truncated or
+//! corrupted file is refused whole, with a [`FileError`] naming it) and written
+//! by [`MemoryEngine::flush`], on drop, and after each commit when
+//! [`MemoryOptions::save_on_commit`] is set. It is written to `<file>.tmp`,
+//! synced, renamed over the file and the folder synced, so a crash leaves the
+//! previous file or the new one. The binary form is zstd-compressed with a
+//! CRC-32 in its header (`docs/memory-format.md`); the JSON form is one
+//! readable document with a CRC-32 member at its end. Tables in the file that
+//! no record claims are kept and written back; fields the record no longer
+//! declares are kept too, and new ones get NULL or the type's zero value, as
+//! SQLite's `ADD COLUMN` would give; kinds change only as between versions on
+//! one engine (above).
+
+mod layout;
+mod options;
+mod persist;
+mod query;
+mod table;
+
+use std::path::Path;
+use std::ptr;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Condvar, Mutex, PoisonError, RwLock, RwLockReadGuard, RwLockWriteGuard};
+
+use burrow_core::eval::column;
+use burrow_core::{
+    BatchItem, BatchOp, BatchResult, Column, Error, Fields, Filter, Result, Row, Select, Storage,
+    Table, Value,
+};
+
+pub use options::{FileFormat, MemoryOptions};
+pub use persist::FileError;
+
+use layout::{Layout, SlotSpec};
+use persist::{FileTable, Source};
+use table::{check_kind, spec, Meta, Stored, TableData, View};
+
+pub(crate) const ENGINE: &str = "memory";
+
+/// The in-memory storage engine. Share it as `Arc<MemoryEngine>`.
+pub struct MemoryEngine {
+    state: RwLock<State>,
+    /// The token of the thread whose transaction is open, 0 for none: a copy of
+    /// `State::owner` that waiting threads read without the lock.
+    owner: AtomicU64,
+    tx_wait: Mutex<()>,
+    /// Signalled when a transaction ends.
+    tx_ended: Condvar,
+    /// The generation last saved; held while saving, so saves do not overlap.
+    saved: Mutex<u64>,
+    options: MemoryOptions,
+}
+
+enum Undo {
+    /// Rows inserted into slots `from..from + n` (consecutive inserts share one entry).
+    Inserts {
+        t: usize,
+        from: u32,
+        n: u32,
+    },
+    Update {
+        t: usize,
+        slot: u32,
+        old: Box<[u8]>,
+    },
+    Delete {
+        t: usize,
+        slot: u32,
+        row: Stored,
+    },
+}
+
+struct State {
+    tables: Vec<TableData>,
+    /// Tables read from the file that no `ensure_table` has claimed yet.
+    pending: Vec<FileTable>,
+    owner: Option<u64>,
+    undo: Vec<Undo>,
+    /// The tables' metadata when the transaction began.
+    metas: Vec<Meta>,
+    /// The row being encoded.
+    scratch: Vec<u8>,
+    /// Bumped by every change; compared with the saved one to skip useless saves.
+    generation: u64,
+}
+
+/// A token for the calling thread, read once per thread (never 0).
+fn thread_token() -> u64 {
+    static NEXT: AtomicU64 = AtomicU64::new(1);
+    thread_local!(static TOKEN: u64 = NEXT.fetch_add(1, Ordering::Relaxed));
+    TOKEN.with(|t| *t)
+}
+
+impl Default for MemoryEngine {
+    fn default() -> Self {
+        MemoryEngine::new()
+    }
+}
+
+impl MemoryEngine {
+    /// An engine whose data lives in memory only.
+    pub fn new() -> Self {
+        MemoryEngine::with_tables(MemoryOptions::memory(), Vec::new())
+    }
+
+    /// Opens an engine with these options, loading its file if it has one and
+    /// the file exists. A file that cannot be loaded whole is refused with an
+    /// error naming it (a [`FileError`] inside [`burrow_core::Error::Engine`]).
+    pub fn open(options: MemoryOptions) -> Result<Self> {
+        let mut pending = Vec::new();
+        if let Some(path) = &options.path {
+            let dir = match path.parent() {
+                Some(d) if !d.as_os_str().is_empty() => d,
+                _ => Path::new("."),
+            };
+            if !dir.is_dir() {
+                return Err(Error::Io(std::io::Error::new(
+                    std::io::ErrorKind::NotFound,
+                    format!("the folder of {} does not exist", path.display()),
+                )));
+            }
+            if let Some(tables) = persist::load(path)? {
+                pending = tables;
+            }
+            // What an interrupted save left behind: never a committed state.
+            let _ = std::fs::remove_file(persist::temp_path(path));
+        }
+        Ok(MemoryEngine::with_tables(options, pending))
+    }
+
+    fn with_tables(options: MemoryOptions, pending: Vec<FileTable>) -> Self {
+        MemoryEngine {
+            state: RwLock::new(State {
+                tables: Vec::new(),
+                pending,
+                owner: None,
+                undo: Vec::new(),
+                metas: Vec::new(),
+                scratch: Vec::new(),
+                generation: 0,
+            }),
+            owner: AtomicU64::new(0),
+            tx_wait: Mutex::new(()),
+            tx_ended: Condvar::new(),
+            saved: Mutex::new(0),
+            options,
+        }
+    }
+
+    /// The options it was opened with.
+    pub fn options(&self) -> &MemoryOptions {
+        &self.options
+    }
+
+    /// Writes the file now, if the engine has one and anything changed since the
+    /// last save. Waits for another thread's transaction to end; inside the
+    /// calling thread's own transaction it is [`Error::Transaction`] (the file
+    /// only ever holds committed data).
+    pub fn flush(&self) -> Result<()> {
+        let Some(path) = self.options.path.as_deref() else {
+            return Ok(());
+        };
+        let mut saved = self.saved.lock().unwrap_or_else(PoisonError::into_inner);
+        let (bytes, generation) = {
+            let g = self.read();
+            if g.owner.is_some() {
+                return Err(Error::Transaction(
+                    "cannot save inside a transaction: commit or roll back first",
+                ));
+            }
+            if g.generation == *saved {
+                return Ok(());
+            }
+            let mut sources: Vec<&dyn Source> =
+                Vec::with_capacity(g.tables.len() + g.pending.len());
+            sources.extend(g.tables.iter().map(|t| t as &dyn Source));
+            sources.extend(g.pending.iter().map(|t| t as &dyn Source));
+            let bytes = match self.options.format {
+                FileFormat::Binary => persist::binary_payload(&sources),
+                FileFormat::Json => persist::json_file(&sources)?,
+            };
+            (bytes, g.generation)
+        };
+        // Compressed and written outside the lock: readers and writers go on.
+        match self.options.format {
+            FileFormat::Binary => {
+                let (header, stored) = persist::binary_file(&bytes, self.options.zstd_level)?;
+                drop(bytes);
+                persist::write_atomic(path, &[&header, &stored])?;
+            }
+            FileFormat::Json => persist::write_atomic(path, &[&bytes])?,
+        }
+        *saved = generation;
+        Ok(())
+    }
+
+    /// Locks for reading, first waiting for another thread's transaction.
+    fn read(&self) -> RwLockReadGuard<'_, State> {
+        loop {
+            let g = self.state.read().unwrap_or_else(PoisonError::into_inner);
+            match g.owner {
+                Some(o) if o != thread_token() => {}
+                _ => return g,
+            }
+            drop(g);
+            self.wait_for_other_tx();
+        }
+    }
+
+    /// Locks for writing, first waiting for another thread's transaction.
+    fn write(&self) -> RwLockWriteGuard<'_, State> {
+        loop {
+            let g = self.state.write().unwrap_or_else(PoisonError::into_inner);
+            match g.owner {
+                Some(o) if o != thread_token() => {}
+                _ => return g,
+            }
+            drop(g);
+            self.wait_for_other_tx();
+        }
+    }
+
+    fn wait_for_other_tx(&self) {
+        let me = thread_token();
+        let mut w = self.tx_wait.lock().unwrap_or_else(PoisonError::into_inner);
+        loop {
+            let o = self.owner.load(Ordering::Acquire);
+            if o == 0 || o == me {
+                return;
+            }
+            w = self
+                .tx_ended
+                .wait(w)
+                .unwrap_or_else(PoisonError::into_inner);
+        }
+    }
+
+    /// Ends the transaction in `g` and wakes the threads waiting for it.
+    fn end_tx(&self, mut g: RwLockWriteGuard<'_, State>) {
+        g.owner = None;
+        self.owner.store(0, Ordering::Release);
+        for t in &mut g.tables {
+            if t.wants_compaction() {
+                // Rows of a live table are unique by construction.
+                let _ = t.compact();
+            }
+        }
+        if g.undo.capacity() > 1 << 16 {
+            g.undo = Vec::new();
+        }
+        drop(g);
+        let _w = self.tx_wait.lock().unwrap_or_else(PoisonError::into_inner);
+        self.tx_ended.notify_all();
+    }
+
+    fn saves_on_commit(&self) -> bool {
+        self.options.save_on_commit && self.options.path.is_some()
+    }
+}
+
+impl Drop for MemoryEngine {
+    fn drop(&mut self) {
+        if self.options.path.is_none() {
+            return;
+        }
+        let st = self.state.get_mut().unwrap_or_else(PoisonError::into_inner);
+        if st.owner.is_some() {
+            // A transaction left open is rolled back: only committed data is saved.
+            st.rollback();
+            *self.owner.get_mut() = 0;
+        }
+        if let Err(e) = self.flush() {
+            eprintln!("burrow-memory: the data could not be saved on drop: {e}");
+        }
+    }
+}
+
+/// A table as the record declares it, taking over the rows of `ft` (the same
+/// table read from the file), converted if the fields changed. A field whose
+/// stored kind cannot be read as the declared one without loss is
+/// [`Error::Schema`]. On an error, `ft` is left as it was.
+fn adopt(table: &'static Table, ft: &mut FileTable) -> Result<(TableData, bool)> {
+    let fl = &ft.layout;
+    let mut src: Vec<Option<usize>> = table
+        .fields
+        .iter()
+        .map(|f| {
+            fl.slots
+                .iter()
+                .position(|s| s.name.eq_ignore_ascii_case(f.name))
+        })
+        .collect();
+    for (f, j) in table.fields.iter().zip(&src) {
+        if let Some(j) = *j {
+            check_kind(table.name, f, fl.slots[j].kind)?;
+        }
+    }
+    let extras: Vec<usize> = (0..fl.len()).filter(|j| !src.contains(&Some(*j))).collect();
+    let mut specs: Vec<SlotSpec> = table.fields.iter().map(spec).collect();
+    for &j in &extras {
+        let s = &fl.slots[j];
+        specs.push(SlotSpec {
+            name: s.name.clone(),
+            kind: s.kind,
+            target: s.target.clone(),
+            nullable: s.nullable,
+        });
+    }
+    let flags = table
+        .fields
+        .iter()
+        .map(|f| (f.unique, f.indexed))
+        .chain(extras.iter().map(|&j| ft.flags[j]))
+        .collect();
+    src.extend(extras.iter().map(|&j| Some(j)));
+    let layout = Layout::new(table.name, specs)?;
+    let same = layout.len() == fl.len()
+        && layout.slots.iter().enumerate().all(|(i, s)| {
+            let f = &fl.slots[i];
+            src[i] == Some(i) && s.enc == f.enc && (s.nullable || !f.nullable)
+        });
+    let view = View::new(table, (0..table.fields.len()).collect());
+    let mut td = TableData::new(layout, flags, vec![view]);
+    let rows: Vec<Option<Stored>> = if same {
+        std::mem::take(&mut ft.rows).into_iter().map(Some).collect()
+    } else {
+        let mut buf = Vec::new();
+        let mut rows = Vec::with_capacity(ft.rows.len());
+        for r in &ft.rows {
+            td.layout
+                .encode(&mut buf, |i| match src[i] {
+                    Some(j) => fl.get(&r.data, j),
+                    None => Ok(td.layout.missing(i)),
+                })
+                .map_err(|e| {
+                    Error::Schema(format!(
+                        "table {}, ID {}: the stored row does not fit the record: {e}",
+                        table.name, r.id
+                    ))
+                })?;
+            rows.push(Some(Stored {
+                id: r.id,
+                data: buf.as_slice().into(),
+            }));
+        }
+        rows
+    };
+    td.live = rows.len();
+    td.meta = Meta {
+        next_id: ft.next_id,
+        last_id: rows.last().and_then(|r| r.as_ref().map(|r| r.id)),
+        ordered: true,
+    };
+    td.rows = rows;
+    if let Err(e) = td.compact() {
+        if same {
+            ft.rows = std::mem::take(&mut td.rows).into_iter().flatten().collect();
+        }
+        return Err(e);
+    }
+    Ok((td, !same))
+}
+
+impl State {
+    /// The table and the version of its record that `table` is: by address, or
+    /// by an identical definition (as the SQLite engine finds them).
+    fn find(&self, table: &Table) -> Option<(usize, usize)> {
+        let by = |same: &dyn Fn(&View) -> bool| {
+            self.tables
+                .iter()
+                .enumerate()
+                .find_map(|(t, td)| td.views.iter().position(same).map(|v| (t, v)))
+        };
+        by(&|v| ptr::eq(v.table, table)).or_else(|| by(&|v| *v.table == *table))
+    }
+
+    fn table(&self, table: &Table) -> Result<(usize, usize)> {
+        self.find(table).ok_or_else(|| {
+            let why = if self
+                .tables
+                .iter()
+                .any(|t| t.name().eq_ignore_ascii_case(table.name))
+            {
+                "this version of its record was not opened (ensure_table) on this memory engine"
+            } else {
+                "it is not open in this memory engine"
+            };
+            Error::UnknownTable(format!("{}: {why}", table.name))
+        })
+    }
+
+    fn insert(&mut self, (t, v): (usize, usize), id: Option<i64>, row: &dyn Fields) -> Result<i64> {
+        let State {
+            tables,
+            scratch,
+            undo,
+            owner,
+            generation,
+            ..
+        } = self;
+        let td = &mut tables[t];
+        let (layout, view) = (&td.layout, &td.views[v]);
+        layout.encode(scratch, |i| {
+            Ok(match view.field_of(i) {
+                Some(f) => row.field(f),
+                None => layout.missing(i),
+            })
+        })?;
+        let (id, slot) = td.insert(id, scratch.as_slice().into())?;
+        if owner.is_some() {
+            match undo.last_mut() {
+                Some(Undo::Inserts { t: ut, from, n }) if *ut == t && *from + *n == slot => *n += 1,
+                _ => undo.push(Undo::Inserts {
+                    t,
+                    from: slot,
+                    n: 1,
+                }),
+            }
+        }
+        *generation += 1;
+        Ok(id)
+    }
+
+    fn update(
+        &mut self,
+        (t, v): (usize, usize),
+        row: &dyn Fields,
+        fields: Option<&[usize]>,
+    ) -> Result<bool> {
+        let State {
+            tables,
+            scratch,
+            undo,
+            owner,
+            generation,
+            ..
+        } = self;
+        let td = &mut tables[t];
+        let declared = td.views[v].table.fields.len();
+        if let Some(&bad) = fields.and_then(|l| l.iter().find(|&&i| i >= declared)) {
+            return Err(Error::BadInput(format!(
+                "{} has no field #{bad}",
+                td.name()
+            )));
+        }
+        let Some(slot) = td.slot_of(row.id()) else {
+            return Ok(false);
+        };
+        {
+            let old: &[u8] = match &td.rows[slot as usize] {
+                Some(r) => &r.data,
+                None => return Ok(false),
+            };
+            let (layout, view) = (&td.layout, &td.views[v]);
+            layout.encode(scratch, |i| match view.field_of(i) {
+                Some(f) if fields.is_none_or(|list| list.contains(&f)) => Ok(row.field(f)),
+                _ => layout.get(old, i),
+            })?;
+        }
+        let old = td.update(slot, scratch.as_slice().into())?;
+        if owner.is_some() {
+            undo.push(Undo::Update { t, slot, old });
+        }
+        *generation += 1;
+        Ok(true)
+    }
+
+    fn delete_slot(&mut self, t: usize, slot: u32) {
+        let row = self.tables[t].delete(slot);
+        if self.owner.is_some() {
+            self.undo.push(Undo::Delete { t, slot, row });
+        }
+        self.generation += 1;
+    }
+
+    fn compact_if_due(&mut self, t: usize) {
+        if self.owner.is_none() && self.tables[t].wants_compaction() {
+            // Rows of a live table are unique by construction.
+            let _ = self.tables[t].compact();
+        }
+    }
+
+    fn delete(&mut self, t: usize, id: i64) -> Result<bool> {
+        let Some(slot) = self.tables[t].slot_of(id) else {
+            return Ok(false);
+        };
+        self.delete_slot(t, slot);
+        self.compact_if_due(t);
+        Ok(true)
+    }
+
+    fn delete_where(&mut self, (t, v): (usize, usize), filter: &Filter) -> Result<u64> {
+        let mut slots = Vec::new();
+        let td = &self.tables[t];
+        query::visit(td, td.views[v].map(), filter, false, &mut |s, _| {
+            slots.push(s);
+            Ok(true)
+        })?;
+        for &s in &slots {
+            self.delete_slot(t, s);
+        }
+        self.compact_if_due(t);
+        Ok(slots.len() as u64)
+    }
+
+    fn apply_batch(
+        &mut self,
+        items: &[BatchItem<'_>],
+        results: &mut Vec<BatchResult>,
+        stop_on_error: bool,
+    ) -> Result<()> {
+        results.reserve(items.len());
+        let mut last: Option<(&'static Table, (usize, usize))> = None;
+        let mut reserved_to = 0;
+        for (index, item) in items.iter().enumerate() {
+            let mut one = || -> Result<BatchResult> {
+                let t = match last {
+                    Some((tb, tv)) if ptr::eq(tb, item.table) => tv,
+                    _ => {
+                        let tv = self.table(item.table)?;
+                        last = Some((item.table, tv));
+                        tv
+                    }
+                };
+                Ok(match item.op {
+                    BatchOp::Add { id, row } => {
+                        if index >= reserved_to {
+                            let run = items[index..]
+                                .iter()
+                                .take_while(|it| {
+                                    matches!(it.op, BatchOp::Add { .. })
+                                        && ptr::eq(it.table, item.table)
+                                })
+                                .count();
+                            self.tables[t.0].reserve(run);
+                            reserved_to = index + run;
+                        }
+                        BatchResult::Added(self.insert(t, id, row)?)
+                    }
+                    BatchOp::Update { row, fields } => {
+                        if self.update(t, row, fields)? {
+                            BatchResult::Done
+                        } else {
+                            BatchResult::Missing
+                        }
+                    }
+                    BatchOp::Delete { id } => {
+                        if self.delete(t.0, id)? {
+                            BatchResult::Done
+                        } else {
+                            BatchResult::Missing
+                        }
+                    }
+                })
+            };
+            match one() {
+                Ok(r) => results.push(r),
+                Err(e) if stop_on_error => {
+                    return Err(Error::Batch {
+                        index,
+                        source: Box::new(e),
+                    })
+                }
+                Err(e) => results.push(BatchResult::Failed(Box::new(e))),
+            }
+        }
+        Ok(())
+    }
+
+    /// Undoes the open transaction's writes and ends it (the engine's atomic
+    /// copy of the owner is the caller's business).
+    fn rollback(&mut self) {
+        while let Some(u) = self.undo.pop() {
+            match u {
+                Undo::Inserts { t, from, n } => {
+                    for slot in (from..from + n).rev() {
+                        self.tables[t].undo_insert(slot);
+                    }
+                }
+                Undo::Update { t, slot, old } => self.tables[t].undo_update(slot, old),
+                Undo::Delete { t, slot, row } => self.tables[t].undo_delete(slot, row),
+            }
+        }
+        let metas = std::mem::take(&mut self.metas);
+        for (td, m) in self.tables.iter_mut().zip(metas) {
+            td.meta = m;
+        }
+        self.generation += 1;
+        self.owner = None;
+    }
+}
+
+impl Storage for MemoryEngine {
+    fn engine_name(&self) -> &'static str {
+        ENGINE
+    }
+
+    fn ensure_table(&self, table: &'static Table) -> Result<()> {
+        let mut g = self.write();
+        let st = &mut *g;
+        if let Some((t, v)) = st.find(table) {
+            if !ptr::eq(st.tables[t].views[v].table, table) {
+                // An identical definition at another address: found by address from now on.
+                let mut view = st.tables[t].views[v].clone();
+                view.table = table;
+                st.tables[t].views.push(view);
+            }
+            return Ok(());
+        }
+        let in_tx = st.owner.is_some();
+        if let Some(td) = st
+            .tables
+            .iter_mut()
+            .find(|td| td.name().eq_ignore_ascii_case(table.name))
+        {
+            // Another version of a record already open on this engine.
+            if td.add_version(table, in_tx)? {
+                st.generation += 1;
+            }
+            return Ok(());
+        }
+        let (td, changed) = match st
+            .pending
+            .iter()
+            .position(|p| p.name.eq_ignore_ascii_case(table.name))
+        {
+            Some(p) => {
+                let (td, changed) = adopt(table, &mut st.pending[p])?;
+                st.pending.remove(p);
+                (td, changed)
+            }
+            None => {
+                let layout = Layout::new(table.name, table.fields.iter().map(spec).collect())?;
+                let flags = table.fields.iter().map(|f| (f.unique, f.indexed)).collect();
+                let view = View::new(table, (0..table.fields.len()).collect());
+                (TableData::new(layout, flags, vec![view]), true)
+            }
+        };
+        if st.owner.is_some() {
+            st.metas.push(td.meta);
+        }
+        st.tables.push(td);
+        if changed {
+            st.generation += 1;
+        }
+        Ok(())
+    }
+
+    fn insert(&self, table: &'static Table, id: Option<i64>, row: &dyn Fields) -> Result<i64> {
+        let mut g = self.write();
+        let tv = g.table(table)?;
+        g.insert(tv, id, row)
+    }
+
+    fn update(
+        &self,
+        table: &'static Table,
+        row: &dyn Fields,
+        fields: Option<&[usize]>,
+    ) -> Result<bool> {
+        let mut g = self.write();
+        let tv = g.table(table)?;
+        g.update(tv, row, fields)
+    }
+
+    fn delete(&self, table: &'static Table, id: i64) -> Result<bool> {
+        let mut g = self.write();
+        let (t, _) = g.table(table)?;
+        g.delete(t, id)
+    }
+
+    fn delete_where(&self, table: &'static Table, filter: &Filter) -> Result<u64> {
+        let mut g = self.write();
+        let tv = g.table(table)?;
+        g.delete_where(tv, filter)
+    }
+
+    fn retrieve(
+        &self,
+        table: &'static Table,
+        id: i64,
+        out: &mut dyn FnMut(&dyn Row) -> Result<()>,
+    ) -> Result<bool> {
+        let g = self.read();
+        let (t, v) = g.table(table)?;
+        let td = &g.tables[t];
+        match td.slot_of(id).and_then(|s| td.row(s, td.views[v].map())) {
+            Some(row) => {
+                out(&row)?;
+                Ok(true)
+            }
+            None => Ok(false),
+        }
+    }
+
+    fn select(
+        &self,
+        table: &'static Table,
+        select: &Select,
+        out: &mut dyn FnMut(&dyn Row) -> Result<()>,
+    ) -> Result<()> {
+        let g = self.read();
+        let (t, v) = g.table(table)?;
+        let td = &g.tables[t];
+        query::select(td, td.views[v].map(), select, &mut |row| {
+            out(row)?;
+            Ok(true)
+        })
+    }
+
+    fn count(&self, table: &'static Table, filter: &Filter) -> Result<u64> {
+        let g = self.read();
+        let (t, v) = g.table(table)?;
+        let td = &g.tables[t];
+        query::count(td, td.views[v].map(), filter)
+    }
+
+    fn select_value(
+        &self,
+        table: &'static Table,
+        col: Column,
+        select: &Select,
+    ) -> Result<Option<Value>> {
+        let g = self.read();
+        let (t, v) = g.table(table)?;
+        let td = &g.tables[t];
+        let mut found = None;
+        query::select(td, td.views[v].map(), select, &mut |row| {
+            found = Some(column(row, col)?.to_owned());
+            Ok(false)
+        })?;
+        Ok(found)
+    }
+
+    fn apply_batch(
+        &self,
+        items: &[BatchItem<'_>],
+        results: &mut Vec<BatchResult>,
+        stop_on_error: bool,
+    ) -> Result<()> {
+        let r = self.write().apply_batch(items, results, stop_on_error);
+        if self.saves_on_commit() && !self.in_transaction() {
+            // Outside a transaction, the batch's writes are committed as made,
+            // those before a failure included.
+            let saved = self.flush();
+            r?;
+            return saved;
+        }
+        r
+    }
+
+    fn begin(&self) -> Result<()> {
+        let mut g = self.write();
+        if g.owner.is_some() {
+            return Err(Error::Transaction(
+                "a transaction is already open on this thread; nested transactions are not supported",
+            ));
+        }
+        let me = thread_token();
+        g.owner = Some(me);
+        self.owner.store(me, Ordering::Release);
+        g.metas = g.tables.iter().map(|t| t.meta).collect();
+        g.undo.clear();
+        Ok(())
+    }
+
+    fn commit(&self) -> Result<()> {
+        let mut g = self.write();
+        if g.owner.is_none() {
+            return Err(Error::Transaction("no transaction is open on this thread"));
+        }
+        g.undo.clear();
+        g.metas.clear();
+        self.end_tx(g);
+        if self.saves_on_commit() {
+            self.flush()?;
+        }
+        Ok(())
+    }
+
+    fn rollback(&self) -> Result<()> {
+        let mut g = self.write();
+        if g.owner.is_none() {
+            return Err(Error::Transaction("no transaction is open on this thread"));
+        }
+        g.rollback();
+        self.end_tx(g);
+        Ok(())
+    }
+
+    fn in_transaction(&self) -> bool {
+        self.owner.load(Ordering::Acquire) == thread_token()
+    }
+}
