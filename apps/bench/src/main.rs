@@ -184,8 +184,14 @@ fn run(args: &Args) -> Result<(), String> {
         }
     }
     let persist = if args.persist_rows > 0 && engines.iter().any(|e| e.id.starts_with("memory-")) {
-        bar.set_message(format!("memory engine: saving and loading {} rows", args.persist_rows));
-        Some(memory::persistence(dir.path(), args.persist_rows).map_err(|e| format!("persistence: {e}"))?)
+        bar.set_message(format!(
+            "memory engine: saving and loading {} rows",
+            args.persist_rows
+        ));
+        Some(
+            memory::persistence(dir.path(), args.persist_rows)
+                .map_err(|e| format!("persistence: {e}"))?,
+        )
     } else {
         None
     };
@@ -312,7 +318,11 @@ fn report(args: &Args, engines: &[EngineSpec], cells: &[Cell]) -> String {
         let _ = writeln!(out, "| engine | {} |", heads.join(" | "));
         let _ = writeln!(out, "|---|{}", "---:|".repeat(modes.len()));
         for e in engines {
-            let sides: &[bool] = if e.raw.is_some() { &[false, true] } else { &[false] };
+            let sides: &[bool] = if e.raw.is_some() {
+                &[false, true]
+            } else {
+                &[false]
+            };
             for &baseline in sides {
                 let vals: Vec<String> = modes
                     .iter()
@@ -358,11 +368,16 @@ fn report(args: &Args, engines: &[EngineSpec], cells: &[Cell]) -> String {
         for &(label, num, den, den_raw) in rows {
             let vals: Vec<String> = all
                 .iter()
-                .map(|m| match (get.get(&(num, m.id(), false)), get.get(&(den, m.id(), den_raw))) {
-                    (Some(a), Some(b)) if b.rows_per_sec > 0.0 && a.rows == b.rows => {
-                        format!("{:.2}", a.rows_per_sec / b.rows_per_sec)
+                .map(|m| {
+                    match (
+                        get.get(&(num, m.id(), false)),
+                        get.get(&(den, m.id(), den_raw)),
+                    ) {
+                        (Some(a), Some(b)) if b.rows_per_sec > 0.0 && a.rows == b.rows => {
+                            format!("{:.2}", a.rows_per_sec / b.rows_per_sec)
+                        }
+                        _ => "-".into(),
                     }
-                    _ => "-".into(),
                 })
                 .collect();
             let _ = writeln!(out, "| {label} | {} |", vals.join(" | "));
@@ -374,13 +389,21 @@ fn report(args: &Args, engines: &[EngineSpec], cells: &[Cell]) -> String {
         .filter(|e| e.raw.is_some())
         .map(|e| (e.title, e.id, e.id, true))
         .collect();
-    ratio_table(&mut out, "ORM ÷ raw driver (same run; 1.00 = no overhead)", &raw_rows);
+    ratio_table(
+        &mut out,
+        "ORM ÷ raw driver (same run; 1.00 = no overhead)",
+        &raw_rows,
+    );
     let sqlite_mem = engines.iter().any(|e| e.id == "sqlite-mem");
     let mem_rows: Vec<_> = engines
         .iter()
         .filter(|e| sqlite_mem && e.id.starts_with("memory-"))
         .map(|e| (e.title, e.id, "sqlite-mem", false))
         .collect();
-    ratio_table(&mut out, "Memory engine ÷ SQLite in memory (both through the ORM, same run)", &mem_rows);
+    ratio_table(
+        &mut out,
+        "Memory engine ÷ SQLite in memory (both through the ORM, same run)",
+        &mem_rows,
+    );
     out
 }

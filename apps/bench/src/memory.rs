@@ -135,9 +135,7 @@ pub fn persistence(dir: &Path, n: usize) -> Result<(f64, f64, u64), String> {
     if got != want || got.count != n as i64 {
         return Err(format!("loaded {got:?}, saved {want:?}"));
     }
-    let sample = loaded
-        .count(Sample::table(), &Filter::all())
-        .map_err(err)?;
+    let sample = loaded.count(Sample::table(), &Filter::all()).map_err(err)?;
     if sample != n as u64 {
         return Err(format!("loaded {sample} rows, saved {n}"));
     }

@@ -8,7 +8,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 
 use burrow_core::chrono::{DateTime, NaiveDate, Utc};
-use burrow_core::{Client, Currency, Model, Orm, Record};
+use burrow_core::{Client, Currency, Model, Orm};
 use burrow_derive::Record;
 use burrow_sqlite::SqliteEngine;
 
