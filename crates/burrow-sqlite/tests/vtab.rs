@@ -27,7 +27,10 @@ struct Pet {
 type Res = Result<(), Box<dyn std::error::Error>>;
 
 /// Pets live in a second engine; owners in the main one.
-fn open() -> Result<(Client, Arc<SqliteEngine>, Arc<SqliteEngine>), Box<dyn std::error::Error>> {
+/// A client, its main engine, and the engine that holds the pets.
+type Opened = (Client, Arc<SqliteEngine>, Arc<SqliteEngine>);
+
+fn open() -> Result<Opened, Box<dyn std::error::Error>> {
     let main = Arc::new(SqliteEngine::memory()?);
     let other = Arc::new(SqliteEngine::memory()?);
     let client = Client::builder(Model::new().with::<Owner>().with::<Pet>())

@@ -22,4 +22,3 @@ pub mod sqlite {
 pub mod memory {
     pub use burrow_memory::{FileError, FileFormat, MemoryEngine, MemoryOptions};
 }
-

@@ -342,7 +342,10 @@ fn added_json_field_reads_old_rows(f: &dyn Factory) -> TestResult {
         let err = all::<EvolveJson>(&c).expect_err("an old row cannot hold Extra");
         let text = err.to_string();
         assert_eq!(err.kind(), ErrorKind::BadInput, "{text}");
-        assert!(text.contains("Evolve.Extra") && text.contains("Option"), "{text}");
+        assert!(
+            text.contains("Evolve.Extra") && text.contains("Option"),
+            "{text}"
+        );
     }
     store.reopen()?;
     let c = store.client(Model::new().with::<EvolveJsonOpt>())?;
