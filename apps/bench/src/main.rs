@@ -7,6 +7,7 @@
 //! count, the exact sum of Amount, the content of sampled or all rows) before its
 //! figure is kept: a fast wrong answer fails the run.
 
+mod external;
 mod memory;
 mod sample;
 mod targets;
@@ -78,6 +79,7 @@ fn main() -> ExitCode {
 fn all_engines() -> Vec<EngineSpec> {
     let mut all = sqlite_engines();
     all.extend(memory::memory_engines());
+    all.extend(external::external_engines());
     all
 }
 

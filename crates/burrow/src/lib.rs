@@ -22,3 +22,12 @@ pub mod sqlite {
 pub mod memory {
     pub use burrow_memory::{FileError, FileFormat, MemoryEngine, MemoryOptions};
 }
+
+/// External databases: PostgreSQL (feature `postgres`), MySQL/MariaDB
+/// (feature `mysql`) and SQLite files through the same layer (feature `sql`).
+#[cfg(feature = "sql")]
+pub mod sql {
+    pub use burrow_sql::{
+        redact, DateTimeStorage, Dialect, SqlEngine, SqlEngineBuilder, SqlOptions,
+    };
+}

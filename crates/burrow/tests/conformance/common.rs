@@ -32,6 +32,7 @@ macro_rules! conformance {
                 sqlite_file => $crate::common::SqliteFile,
                 memory => $crate::common::Memory,
                 memory_file => $crate::common::MemoryFile,
+                ext_sqlite => $crate::common::ExtSqlite,
             );
         }
     )+};
@@ -279,6 +280,35 @@ impl Factory for MemoryFile {
     }
     fn reuses_free_ids(&self) -> bool {
         false
+    }
+}
+
+/// A SQLite file through the external-database layer (`burrow-sql`). The
+/// PostgreSQL and MariaDB runs of the same behaviours live in `burrow-sql`'s
+/// own tests, which create and drop a schema per test.
+pub struct ExtSqlite;
+
+impl Factory for ExtSqlite {
+    fn name(&self) -> &'static str {
+        "ext-sqlite"
+    }
+    fn fresh(&self) -> Result<Store, Box<dyn StdError>> {
+        let dir = tempfile::tempdir()?;
+        let url = format!("sqlite://{}", dir.path().join("burrow.db").display());
+        let open = move || {
+            burrow_sql::SqlEngine::connect(&url).map(|e| Opened {
+                engine: Arc::new(e),
+                sqlite: None,
+            })
+        };
+        Ok(Store {
+            opened: Some(open()?),
+            reopen: Some(Box::new(open)),
+            _dir: Some(dir),
+        })
+    }
+    fn slow_writes(&self) -> bool {
+        true
     }
 }
 

@@ -1,0 +1,174 @@
+//! What the engine asks of one database connection, whatever the driver.
+//!
+//! Each driver module (`pg`, `my`, `lite`) implements [`Conn`] for its own
+//! connection type. The engine speaks only this trait, so SQL generation, the
+//! pool, transactions and batches are written once. A dynamic call per
+//! statement costs nanoseconds beside a network round trip (or SQLite's own
+//! statement step), so a trait object is the simpler choice here.
+
+use std::fmt;
+
+use burrow_core::{Error, Result, Table, ValueRef};
+
+/// What went wrong in the database, classified so the engine can map it to a
+/// [`burrow_core::ErrorKind`] a caller can match on.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum DbErrorKind {
+    /// A unique index or the primary key refused a duplicate.
+    Unique,
+    /// A value longer than its column allows (`VARCHAR(n)`).
+    TooLong,
+    /// A value of a type the column does not take, or out of its range.
+    Type,
+    /// NULL into a NOT NULL column.
+    NotNull,
+    /// The connection is gone: killed, dropped by the network, server restart.
+    Lost,
+    /// A timeout fired (statement, connect, or pool wait).
+    Timeout,
+    /// Anything else.
+    Other,
+}
+
+/// An error of a driver, with its class and the database's own words.
+#[derive(Debug)]
+pub struct DbError {
+    pub kind: DbErrorKind,
+    pub message: String,
+}
+
+impl DbError {
+    pub fn new(kind: DbErrorKind, message: impl Into<String>) -> Self {
+        DbError {
+            kind,
+            message: message.into(),
+        }
+    }
+
+    /// The Burrow error for a failure on `table` (if known) of engine `engine`.
+    pub fn into_error(self, engine: &'static str, table: Option<&Table>) -> Error {
+        let name = table.map_or("?", |t| t.name);
+        match self.kind {
+            DbErrorKind::Unique => Error::UniqueViolation {
+                table: name.to_owned(),
+                detail: self.message,
+            },
+            DbErrorKind::TooLong => Error::BadInput(format!(
+                "{name}: value too long for its column: {}",
+                self.message
+            )),
+            DbErrorKind::Type => Error::BadInput(format!(
+                "{name}: value of the wrong type for its column: {}",
+                self.message
+            )),
+            DbErrorKind::NotNull => Error::BadInput(format!("{name}: {}", self.message)),
+            DbErrorKind::Lost => Error::engine(
+                engine,
+                format!(
+                    "the connection to the database was lost ({}); the statement in flight \
+                     and any open transaction were not committed; the next call reconnects",
+                    self.message
+                ),
+            ),
+            DbErrorKind::Timeout => Error::engine(engine, format!("timed out: {}", self.message)),
+            DbErrorKind::Other => Error::engine(engine, self),
+        }
+    }
+}
+
+impl fmt::Display for DbError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.message)
+    }
+}
+
+impl std::error::Error for DbError {}
+
+/// The failure of a query: the database's, or the row callback's own.
+pub enum QueryError {
+    Db(DbError),
+    Out(Error),
+}
+
+impl From<DbError> for QueryError {
+    fn from(e: DbError) -> Self {
+        QueryError::Db(e)
+    }
+}
+
+/// One row of a result, as the database returned it (before the engine turns
+/// each value into its field's typed value).
+pub trait RawRow {
+    /// How many columns the row has.
+    fn len(&self) -> usize;
+    /// The value of result column `col` (from 0).
+    fn value(&self, col: usize) -> Result<ValueRef<'_>>;
+}
+
+/// Row callback of [`Conn::query`].
+pub type RowFn<'f> = dyn FnMut(&dyn RawRow) -> Result<()> + 'f;
+
+/// One pooled connection of a driver.
+///
+/// `guard`, on the write calls, asks the driver to make the statement atomic
+/// inside an open transaction: PostgreSQL aborts the whole transaction on a
+/// failed statement, so its driver wraps the statement in a savepoint, sent in
+/// the same round trip. The other databases roll back only the failed statement
+/// and ignore the flag.
+pub trait Conn: Send {
+    /// Runs a statement with bound parameters; returns the rows it changed.
+    fn execute(&mut self, sql: &str, params: &[ValueRef<'_>], guard: bool) -> Result<u64, DbError>;
+
+    /// Runs a statement that returns rows, handing each to `out`.
+    fn query(
+        &mut self,
+        sql: &str,
+        params: &[ValueRef<'_>],
+        guard: bool,
+        out: &mut RowFn<'_>,
+    ) -> Result<(), QueryError>;
+
+    /// Runs parameterless statements (DDL, BEGIN, COMMIT), unprepared.
+    fn simple(&mut self, sql: &str) -> Result<(), DbError>;
+
+    /// The ID the last INSERT of this connection generated (MySQL, SQLite).
+    fn last_insert_id(&mut self) -> i64;
+
+    /// Whether the connection is known to be unusable.
+    fn broken(&self) -> bool;
+
+    /// Checks that the server still answers (a cheap round trip).
+    fn ping(&mut self) -> bool;
+
+    /// The PostgreSQL connection, for its array-bound bulk statements.
+    #[cfg(feature = "postgres")]
+    fn as_pg(&mut self) -> Option<&mut crate::pg::PgConn> {
+        None
+    }
+}
+
+/// Runs a query whose first column of the first row is an integer.
+pub fn query_i64(
+    conn: &mut dyn Conn,
+    sql: &str,
+    params: &[ValueRef<'_>],
+    guard: bool,
+) -> Result<Option<i64>, QueryError> {
+    let mut found = None;
+    conn.query(sql, params, guard, &mut |row| {
+        if found.is_none() {
+            found = match row.value(0)? {
+                ValueRef::Int(i) => Some(i),
+                ValueRef::Null => None,
+                other => {
+                    return Err(Error::BadInput(format!(
+                        "expected an integer, got {}",
+                        other.type_name()
+                    )))
+                }
+            };
+        }
+        Ok(())
+    })?;
+    Ok(found)
+}

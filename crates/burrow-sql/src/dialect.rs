@@ -1,0 +1,381 @@
+//! SQL per database: quoting, placeholders, column types, LIMIT forms, and the
+//! WHERE clauses of Burrow's checked filters rendered for each.
+
+use burrow_core::{Column, Expr, FieldKind, Filter};
+
+/// The SQL dialect of a connection.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub enum Dialect {
+    /// PostgreSQL: `"quoted"` names, `$n` placeholders, `RETURNING`, sequences.
+    Postgres,
+    /// MySQL and MariaDB: `` `quoted` `` names, `?` placeholders, `AUTO_INCREMENT`.
+    MySql,
+    /// SQLite: `"quoted"` names, `?` placeholders, the rowid as ID.
+    Sqlite,
+}
+
+/// How a field's values are stored in its column: decided per column when the
+/// table is opened, from the field kind, the dialect, the engine options and,
+/// for a table that already exists, the column's actual type.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Enc {
+    /// An integer column (also IDs and references).
+    Int,
+    /// A double.
+    Real,
+    /// A native boolean, or 0/1 in an integer column.
+    Bool,
+    /// An integer count of 1/10,000 (exact, as the SQLite engine stores it).
+    Currency,
+    /// Text (also JSON documents).
+    Text,
+    /// Bytes.
+    Blob,
+    /// A native `DATE`.
+    Date,
+    /// A date as `YYYY-MM-DD` text.
+    DateText,
+    /// A native timestamp (`TIMESTAMP`, `DATETIME(6)`): microsecond precision.
+    Stamp,
+    /// A date-time as ISO-8601 UTC text: nanosecond precision.
+    StampText,
+}
+
+/// Where date-times go in tables the engine creates.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum DateTimeStorage {
+    /// The database's own type: `TIMESTAMP` (PostgreSQL), `DATETIME(6)`
+    /// (MySQL/MariaDB). Readable by every SQL tool and indexable as time, but
+    /// precise to the microsecond: sub-microsecond parts are dropped (floored)
+    /// when written, and parameters compared with such columns are floored
+    /// alike. SQLite has no such type and always uses text.
+    #[default]
+    Native,
+    /// ISO-8601 UTC text (`2024-05-01T12:00:00.123456789`), exact to the
+    /// nanosecond and sorting in time order, as the SQLite engine stores it.
+    Text,
+}
+
+impl Dialect {
+    /// A short name, for messages.
+    pub fn name(self) -> &'static str {
+        match self {
+            Dialect::Postgres => "postgres",
+            Dialect::MySql => "mysql",
+            Dialect::Sqlite => "sqlite",
+        }
+    }
+
+    /// Appends `ident` quoted, inner quote characters doubled, so that any name
+    /// (a reserved word, mixed case, spaces) is taken literally.
+    pub fn quote(self, out: &mut String, ident: &str) {
+        let q = match self {
+            Dialect::MySql => '`',
+            _ => '"',
+        };
+        out.push(q);
+        for c in ident.chars() {
+            if c == q {
+                out.push(q);
+            }
+            out.push(c);
+        }
+        out.push(q);
+    }
+
+    /// `ident`, quoted.
+    pub fn quoted(self, ident: &str) -> String {
+        let mut s = String::with_capacity(ident.len() + 2);
+        self.quote(&mut s, ident);
+        s
+    }
+
+    /// How a field kind is stored in a table this engine creates.
+    pub fn encoding(self, kind: FieldKind, times: DateTimeStorage) -> Enc {
+        match kind {
+            FieldKind::F64 => Enc::Real,
+            FieldKind::Bool => Enc::Bool,
+            FieldKind::Currency => Enc::Currency,
+            FieldKind::Text | FieldKind::Json => Enc::Text,
+            FieldKind::Blob => Enc::Blob,
+            FieldKind::Date => match self {
+                Dialect::Sqlite => Enc::DateText,
+                _ => Enc::Date,
+            },
+            FieldKind::DateTime => match (self, times) {
+                (Dialect::Sqlite, _) | (_, DateTimeStorage::Text) => Enc::StampText,
+                _ => Enc::Stamp,
+            },
+            _ => Enc::Int,
+        }
+    }
+
+    /// The column type of a field in a table this engine creates. `keyed`:
+    /// the column carries an index (MySQL cannot index unbounded text).
+    pub fn column_type(self, kind: FieldKind, enc: Enc, keyed: bool) -> &'static str {
+        match self {
+            Dialect::Postgres => match enc {
+                Enc::Int if kind == FieldKind::I32 => "INTEGER",
+                Enc::Int | Enc::Currency => "BIGINT",
+                Enc::Real => "DOUBLE PRECISION",
+                Enc::Bool => "BOOLEAN",
+                // Byte order, as SQLite compares text.
+                Enc::Text | Enc::DateText | Enc::StampText => "TEXT COLLATE \"C\"",
+                Enc::Blob => "BYTEA",
+                Enc::Date => "DATE",
+                Enc::Stamp => "TIMESTAMP",
+            },
+            Dialect::MySql => match enc {
+                Enc::Int if kind == FieldKind::I32 => "INT",
+                Enc::Int | Enc::Currency => "BIGINT",
+                Enc::Real => "DOUBLE",
+                Enc::Bool => "BOOLEAN",
+                // InnoDB indexes at most 3,072 bytes: 768 four-byte characters.
+                Enc::Text if keyed => "VARCHAR(768)",
+                Enc::Text => "LONGTEXT",
+                Enc::DateText | Enc::StampText => "VARCHAR(40)",
+                Enc::Blob => "LONGBLOB",
+                Enc::Date => "DATE",
+                Enc::Stamp => "DATETIME(6)",
+            },
+            Dialect::Sqlite => match enc {
+                Enc::Real => "REAL",
+                Enc::Text | Enc::DateText | Enc::StampText => "TEXT",
+                Enc::Blob => "BLOB",
+                _ => "INTEGER",
+            },
+        }
+    }
+
+    /// The default of a NOT NULL column added to a table that has rows: the
+    /// zero value of its field type (JSON `null` for a document).
+    pub fn column_default(self, kind: FieldKind, enc: Enc) -> &'static str {
+        if kind == FieldKind::Json {
+            return "'null'";
+        }
+        match (self, enc) {
+            (_, Enc::Real) => "0.0",
+            (Dialect::Postgres, Enc::Bool) => "false",
+            (_, Enc::Text) => "''",
+            (_, Enc::DateText | Enc::Date) => "'1970-01-01'",
+            (Dialect::Sqlite, Enc::StampText) => "'1970-01-01T00:00:00'",
+            (_, Enc::StampText) => "'1970-01-01T00:00:00'",
+            (_, Enc::Stamp) => "'1970-01-01 00:00:00'",
+            (Dialect::Postgres, Enc::Blob) => "'\\x'",
+            (Dialect::MySql, Enc::Blob) => "''",
+            (Dialect::Sqlite, Enc::Blob) => "x''",
+            _ => "0",
+        }
+    }
+
+    /// The ID column of a table this engine creates: a sequence or identity,
+    /// so that several servers sharing the database never hand out one ID twice.
+    pub fn id_column_def(self, id: &str) -> String {
+        match self {
+            Dialect::Postgres => {
+                format!("{id} BIGINT GENERATED BY DEFAULT AS IDENTITY PRIMARY KEY")
+            }
+            Dialect::MySql => format!("{id} BIGINT NOT NULL AUTO_INCREMENT PRIMARY KEY"),
+            Dialect::Sqlite => format!("{id} INTEGER PRIMARY KEY"),
+        }
+    }
+
+    /// What follows `CREATE TABLE t (…)`.
+    pub fn table_suffix(self) -> &'static str {
+        match self {
+            // Binary collation: text compares and sorts by bytes, as in SQLite,
+            // and unique keys are case-sensitive.
+            Dialect::MySql => " ENGINE=InnoDB DEFAULT CHARSET=utf8mb4 COLLATE=utf8mb4_bin",
+            _ => "",
+        }
+    }
+
+    /// The LIMIT value meaning "no limit", bound as a parameter.
+    pub fn no_limit(self) -> Option<i64> {
+        match self {
+            Dialect::Postgres => None,
+            Dialect::MySql => Some(i64::MAX),
+            Dialect::Sqlite => Some(-1),
+        }
+    }
+}
+
+/// A statement being written, numbering placeholders as it goes.
+pub struct SqlText {
+    pub text: String,
+    pub dialect: Dialect,
+    params: usize,
+}
+
+impl SqlText {
+    pub fn new(dialect: Dialect, start: &str) -> Self {
+        SqlText {
+            text: start.to_owned(),
+            dialect,
+            params: 0,
+        }
+    }
+
+    /// Appends the next placeholder: `$n` or `?`.
+    pub fn param(&mut self) {
+        self.params += 1;
+        match self.dialect {
+            Dialect::Postgres => {
+                self.text.push('$');
+                self.text.push_str(itoa_usize(self.params).as_str());
+            }
+            _ => self.text.push('?'),
+        }
+    }
+
+    /// Appends text.
+    pub fn push(&mut self, s: &str) {
+        self.text.push_str(s);
+    }
+}
+
+fn itoa_usize(n: usize) -> String {
+    n.to_string()
+}
+
+/// Appends ` WHERE …` for a non-empty filter; `col` writes a quoted column,
+/// `nullable` says whether a column may hold NULL.
+pub fn write_where(sql: &mut SqlText, filter: &Filter, col: &dyn Fn(Column, &mut String)) {
+    if let Some(e) = &filter.expr {
+        sql.push(" WHERE ");
+        write_expr(sql, e, col);
+    }
+}
+
+fn write_expr(sql: &mut SqlText, e: &Expr, col: &dyn Fn(Column, &mut String)) {
+    let not = |n: bool| if n { "NOT " } else { "" };
+    match e {
+        Expr::And(v) | Expr::Or(v) => {
+            let sep = if matches!(e, Expr::And(_)) {
+                " AND "
+            } else {
+                " OR "
+            };
+            sql.push("(");
+            for (i, x) in v.iter().enumerate() {
+                if i > 0 {
+                    sql.push(sep);
+                }
+                write_expr(sql, x, col);
+            }
+            sql.push(")");
+        }
+        Expr::Not(x) => {
+            sql.push("NOT (");
+            write_expr(sql, x, col);
+            sql.push(")");
+        }
+        Expr::Cmp(c, op, _) => {
+            col(*c, &mut sql.text);
+            sql.push(op.sql());
+            sql.param();
+        }
+        Expr::In(c, list, neg) => {
+            col(*c, &mut sql.text);
+            sql.push(" ");
+            sql.push(not(*neg));
+            sql.push("IN (");
+            for i in 0..list.len() {
+                if i > 0 {
+                    sql.push(",");
+                }
+                sql.param();
+            }
+            sql.push(")");
+        }
+        Expr::IsNull(c, neg) => {
+            col(*c, &mut sql.text);
+            sql.push(" IS ");
+            sql.push(not(*neg));
+            sql.push("NULL");
+        }
+        Expr::Like(c, _, neg) => {
+            // SQLite's LIKE ignores (ASCII) case: do the same on the servers.
+            match sql.dialect {
+                Dialect::Postgres => {
+                    col(*c, &mut sql.text);
+                    sql.push(" ");
+                    sql.push(not(*neg));
+                    sql.push("ILIKE ");
+                    sql.param();
+                }
+                Dialect::MySql => {
+                    sql.push("LOWER(");
+                    col(*c, &mut sql.text);
+                    sql.push(") ");
+                    sql.push(not(*neg));
+                    sql.push("LIKE LOWER(");
+                    sql.param();
+                    sql.push(")");
+                }
+                Dialect::Sqlite => {
+                    col(*c, &mut sql.text);
+                    sql.push(" ");
+                    sql.push(not(*neg));
+                    sql.push("LIKE ");
+                    sql.param();
+                }
+            }
+        }
+        Expr::Between(c, _, _, neg) => {
+            col(*c, &mut sql.text);
+            sql.push(" ");
+            sql.push(not(*neg));
+            sql.push("BETWEEN ");
+            sql.param();
+            sql.push(" AND ");
+            sql.param();
+        }
+    }
+}
+
+/// The column each parameter of `filter` is compared with, in parameter order,
+/// so that each can be bound in its column's storage form.
+pub fn param_columns(filter: &Filter) -> Vec<Column> {
+    fn walk(e: &Expr, out: &mut Vec<(usize, Column)>) {
+        match e {
+            Expr::And(v) | Expr::Or(v) => v.iter().for_each(|x| walk(x, out)),
+            Expr::Not(x) => walk(x, out),
+            Expr::Cmp(c, _, p) | Expr::Like(c, p, _) => out.push((*p, *c)),
+            Expr::In(c, list, _) => out.extend(list.iter().map(|p| (*p, *c))),
+            Expr::IsNull(..) => {}
+            Expr::Between(c, a, b, _) => {
+                out.push((*a, *c));
+                out.push((*b, *c));
+            }
+        }
+    }
+    let mut v = Vec::with_capacity(filter.params.len());
+    if let Some(e) = &filter.expr {
+        walk(e, &mut v);
+    }
+    v.sort_by_key(|(p, _)| *p);
+    v.into_iter().map(|(_, c)| c).collect()
+}
+
+#[cfg(test)]
+mod test {
+    use super::*;
+
+    #[test]
+    fn quoting_doubles_the_quote_character() {
+        assert_eq!(Dialect::Postgres.quoted("a\"b"), "\"a\"\"b\"");
+        assert_eq!(Dialect::MySql.quoted("or`der"), "`or``der`");
+        assert_eq!(Dialect::Sqlite.quoted("select"), "\"select\"");
+    }
+
+    #[test]
+    fn postgres_placeholders_are_numbered() {
+        let mut s = SqlText::new(Dialect::Postgres, "x=");
+        s.param();
+        s.push(",y=");
+        s.param();
+        assert_eq!(s.text, "x=$1,y=$2");
+    }
+}

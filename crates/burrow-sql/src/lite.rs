@@ -1,0 +1,197 @@
+//! SQLite through the external layer (`rusqlite`, bundled): the same code
+//! path as the servers, so its cost can be read against the embedded engine.
+//!
+//! Values are stored as the embedded SQLite engine stores them (currency as
+//! 1/10,000 integers, booleans as 0/1, dates and date-times as ISO text), so a
+//! file written by one engine reads the same through the other.
+
+use std::time::Duration;
+
+use burrow_core::datetime::{write_date, write_datetime, DATETIME_BUF};
+use burrow_core::{Error, Result, ValueRef};
+use rusqlite::types::{ToSqlOutput, ValueRef as SqlValue};
+use rusqlite::{Connection, Statement};
+
+use crate::conn::{Conn, DbError, DbErrorKind, QueryError, RawRow, RowFn};
+use crate::options::{is_sqlite_memory, sqlite_path, url_query};
+
+/// What the engine configures on every new connection.
+pub struct LiteSetup {
+    path: Option<String>,
+    pragmas: String,
+    busy: Duration,
+}
+
+impl LiteSetup {
+    /// Reads the path and the pragmas of a `sqlite:` URL.
+    pub fn new(url: &str, statement_timeout: Option<Duration>) -> Result<Self> {
+        let path = (!is_sqlite_memory(url)).then(|| sqlite_path(url).to_owned());
+        let mut pragmas = String::new();
+        for (k, v) in url_query(url) {
+            let allowed: &[&str] = match k.as_str() {
+                "synchronous" => &["off", "normal", "full", "extra"],
+                "locking_mode" => &["normal", "exclusive"],
+                "journal_mode" => &["delete", "truncate", "persist", "memory", "wal", "off"],
+                _ => {
+                    return Err(Error::BadInput(format!(
+                        "unknown SQLite URL option {k:?}: expected synchronous, locking_mode \
+                         or journal_mode"
+                    )))
+                }
+            };
+            let v = v.to_ascii_lowercase();
+            if !allowed.contains(&v.as_str()) {
+                return Err(Error::BadInput(format!(
+                    "SQLite option {k}={v:?}: expected one of {}",
+                    allowed.join(", ")
+                )));
+            }
+            pragmas.push_str(&format!("PRAGMA {k}={v};"));
+        }
+        Ok(LiteSetup {
+            path,
+            pragmas,
+            busy: statement_timeout.unwrap_or(Duration::from_secs(5)),
+        })
+    }
+
+    /// Opens a connection.
+    pub fn connect(&self) -> Result<LiteConn, DbError> {
+        let conn = match &self.path {
+            Some(p) => Connection::open(p),
+            None => Connection::open_in_memory(),
+        }
+        .map_err(classify)?;
+        conn.set_prepared_statement_cache_capacity(256);
+        conn.busy_timeout(self.busy).map_err(classify)?;
+        if !self.pragmas.is_empty() {
+            conn.execute_batch(&self.pragmas).map_err(classify)?;
+        }
+        Ok(LiteConn { conn })
+    }
+}
+
+/// One SQLite connection.
+pub struct LiteConn {
+    conn: Connection,
+}
+
+fn classify(e: rusqlite::Error) -> DbError {
+    const CONSTRAINT_PRIMARYKEY: i32 = 1555;
+    const CONSTRAINT_UNIQUE: i32 = 2067;
+    const CONSTRAINT_NOTNULL: i32 = 1299;
+    let kind = match &e {
+        rusqlite::Error::SqliteFailure(f, _) => match f.extended_code {
+            CONSTRAINT_PRIMARYKEY | CONSTRAINT_UNIQUE => DbErrorKind::Unique,
+            CONSTRAINT_NOTNULL => DbErrorKind::NotNull,
+            _ => match f.code {
+                rusqlite::ErrorCode::DatabaseBusy | rusqlite::ErrorCode::DatabaseLocked => {
+                    DbErrorKind::Timeout
+                }
+                rusqlite::ErrorCode::TypeMismatch | rusqlite::ErrorCode::TooBig => {
+                    DbErrorKind::Type
+                }
+                _ => DbErrorKind::Other,
+            },
+        },
+        rusqlite::Error::ToSqlConversionFailure(_) => DbErrorKind::Type,
+        _ => DbErrorKind::Other,
+    };
+    DbError::new(kind, e.to_string())
+}
+
+fn bind(stmt: &mut Statement<'_>, params: &[ValueRef<'_>]) -> rusqlite::Result<()> {
+    for (i, v) in params.iter().enumerate() {
+        let mut buf = [0u8; DATETIME_BUF];
+        let out = match v {
+            ValueRef::Null => SqlValue::Null,
+            ValueRef::Int(i) => SqlValue::Integer(*i),
+            // SQLite would store NaN as NULL: refuse it rather than lose it.
+            ValueRef::Real(f) if f.is_nan() => {
+                return Err(rusqlite::Error::ToSqlConversionFailure(
+                    "NaN cannot be stored (SQLite has no NaN)".into(),
+                ))
+            }
+            ValueRef::Real(f) => SqlValue::Real(*f),
+            ValueRef::Bool(b) => SqlValue::Integer(i64::from(*b)),
+            ValueRef::Currency(c) => SqlValue::Integer(c.scaled()),
+            ValueRef::Date(d) => SqlValue::Text(write_date(*d, &mut buf).as_bytes()),
+            ValueRef::DateTime(t) => SqlValue::Text(write_datetime(*t, &mut buf).as_bytes()),
+            ValueRef::Text(t) => SqlValue::Text(t.as_bytes()),
+            ValueRef::Blob(b) => SqlValue::Blob(b),
+        };
+        stmt.raw_bind_parameter(i + 1, ToSqlOutput::Borrowed(out))?;
+    }
+    Ok(())
+}
+
+impl Conn for LiteConn {
+    fn execute(
+        &mut self,
+        sql: &str,
+        params: &[ValueRef<'_>],
+        _guard: bool,
+    ) -> Result<u64, DbError> {
+        let mut stmt = self.conn.prepare_cached(sql).map_err(classify)?;
+        bind(&mut stmt, params).map_err(classify)?;
+        stmt.raw_execute().map(|n| n as u64).map_err(classify)
+    }
+
+    fn query(
+        &mut self,
+        sql: &str,
+        params: &[ValueRef<'_>],
+        _guard: bool,
+        out: &mut RowFn<'_>,
+    ) -> Result<(), QueryError> {
+        let mut stmt = self.conn.prepare_cached(sql).map_err(classify)?;
+        bind(&mut stmt, params).map_err(classify)?;
+        let mut rows = stmt.raw_query();
+        while let Some(row) = rows.next().map_err(classify)? {
+            out(&LiteRow(row)).map_err(QueryError::Out)?;
+        }
+        Ok(())
+    }
+
+    fn simple(&mut self, sql: &str) -> Result<(), DbError> {
+        self.conn.execute_batch(sql).map_err(classify)
+    }
+
+    fn last_insert_id(&mut self) -> i64 {
+        self.conn.last_insert_rowid()
+    }
+
+    fn broken(&self) -> bool {
+        false
+    }
+
+    fn ping(&mut self) -> bool {
+        true
+    }
+}
+
+struct LiteRow<'a, 'b>(&'a rusqlite::Row<'b>);
+
+impl RawRow for LiteRow<'_, '_> {
+    fn len(&self) -> usize {
+        self.0.as_ref().column_count()
+    }
+
+    fn value(&self, col: usize) -> Result<ValueRef<'_>> {
+        let v = self
+            .0
+            .get_ref(col)
+            .map_err(|e| Error::engine(crate::ENGINE, e))?;
+        Ok(match v {
+            SqlValue::Null => ValueRef::Null,
+            SqlValue::Integer(i) => ValueRef::Int(i),
+            SqlValue::Real(f) => ValueRef::Real(f),
+            SqlValue::Text(t) => ValueRef::Text(
+                std::str::from_utf8(t)
+                    .map_err(|_| Error::engine(crate::ENGINE, "invalid UTF-8 in a text column"))?
+                    .into(),
+            ),
+            SqlValue::Blob(b) => ValueRef::Blob(b),
+        })
+    }
+}
