@@ -9,6 +9,7 @@
 
 mod external;
 mod memory;
+mod remote;
 mod sample;
 mod targets;
 
@@ -79,6 +80,7 @@ fn main() -> ExitCode {
 fn all_engines() -> Vec<EngineSpec> {
     let mut all = sqlite_engines();
     all.extend(memory::memory_engines());
+    all.extend(remote::remote_engines());
     all.extend(external::external_engines());
     all
 }

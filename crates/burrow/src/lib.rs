@@ -17,6 +17,12 @@ pub mod sqlite {
     pub use burrow_sqlite::{rusqlite, LockingMode, SqliteEngine, SqliteOptions, Synchronous};
 }
 
+/// The HTTP server, the HTTP client engine and the ORM cache (feature `http`).
+#[cfg(feature = "http")]
+pub mod http {
+    pub use burrow_http::*;
+}
+
 /// The in-memory engine (feature `memory`).
 #[cfg(feature = "memory")]
 pub mod memory {

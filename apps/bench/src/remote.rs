@@ -1,0 +1,128 @@
+//! Remote over HTTP: the client ➜ loopback ➜ Burrow server ➜ in-memory SQLite.
+//!
+//! Each cell starts a fresh server on 127.0.0.1:0 over a fresh in-memory SQLite
+//! engine, and drives it through `RemoteEngine` behind the ordinary `Client`.
+//! Checks read the server-side engine directly, outside the HTTP path.
+//!
+//! The Cached mode reads By one from the client-side `OrmCache`, in-process:
+//! the client that inserted the rows keeps them (write-through, published when
+//! the transaction commits), so the reads never leave the client. The other
+//! read modes use a second client without a cache.
+
+use std::path::Path;
+use std::sync::Arc;
+use std::time::Duration;
+
+use burrow::sqlite::SqliteEngine;
+use burrow::{Client, Model, Orm};
+use burrow_http::{OrmCache, RemoteEngine, Server};
+
+use crate::sample::Sample;
+use crate::targets::{
+    sql_fetch, sql_stats, EngineSpec, Mode, Native, OrmTarget, Stats, Target, ALL_MODES,
+};
+
+fn err(e: impl std::fmt::Display) -> String {
+    e.to_string()
+}
+
+/// The server-side engine, read directly.
+struct ServerSide(Arc<SqliteEngine>);
+
+impl Native for ServerSide {
+    fn stats(&self) -> Result<Stats, String> {
+        self.0.with_connection(|c| Ok(sql_stats(c))).map_err(err)?
+    }
+
+    fn fetch(&self, id: i64) -> Result<Option<Sample>, String> {
+        self.0
+            .with_connection(|c| Ok(sql_fetch(c, id)))
+            .map_err(err)?
+    }
+}
+
+/// A server and two clients of it: one with a cache (used to write, and for
+/// the Cached mode), one without (the other reads).
+struct RemoteTarget {
+    cached: OrmTarget,
+    plain: Client,
+    // Dropped last: the clients' connections close before the server stops.
+    _server: Server,
+}
+
+impl Target for RemoteTarget {
+    fn insert(&mut self, mode: Mode, rows: Vec<Sample>) -> Result<Vec<i64>, String> {
+        self.cached.insert(mode, rows)
+    }
+
+    fn read(&mut self, mode: Mode, n: usize) -> Result<Vec<Sample>, String> {
+        match mode {
+            Mode::Cached => (1..=n as i64)
+                .map(|id| self.cached.client.retrieve::<Sample>(id).map_err(err))
+                .collect(),
+            Mode::ByOne => (1..=n as i64)
+                .map(|id| self.plain.retrieve::<Sample>(id).map_err(err))
+                .collect(),
+            Mode::AllDirect => self
+                .plain
+                .select::<Sample>(&burrow::Query::all())
+                .map_err(err),
+            // Through the server's SQL entry point (GET /root with a SELECT).
+            Mode::AllVirtual => self
+                .plain
+                .sql_list::<Sample>("SELECT * FROM Sample", &[])
+                .map_err(err),
+            _ => Err("not a read mode".into()),
+        }
+    }
+
+    fn stats(&self) -> Result<Stats, String> {
+        self.cached.stats()
+    }
+
+    fn fetch(&self, id: i64) -> Result<Option<Sample>, String> {
+        self.cached.fetch(id)
+    }
+}
+
+fn open_remote() -> Result<Box<dyn Target>, String> {
+    let engine = Arc::new(SqliteEngine::memory().map_err(err)?);
+    let hosted =
+        Arc::new(Client::open(Model::new().with::<Sample>(), engine.clone()).map_err(err)?);
+    let server = Server::builder(hosted, "root")
+        .no_auth()
+        .bind("127.0.0.1:0")
+        .map_err(err)?;
+    let cached_engine = RemoteEngine::builder(&server.url())
+        .cache(OrmCache::new().table::<Sample>(Duration::from_secs(600)))
+        .connect()
+        .map_err(err)?;
+    let cached =
+        Client::open(Model::new().with::<Sample>(), Arc::new(cached_engine)).map_err(err)?;
+    let plain = Client::open(
+        Model::new().with::<Sample>(),
+        Arc::new(RemoteEngine::connect(&server.url()).map_err(err)?),
+    )
+    .map_err(err)?;
+    Ok(Box::new(RemoteTarget {
+        cached: OrmTarget {
+            client: cached,
+            native: Box::new(ServerSide(engine)),
+        },
+        plain,
+        _server: server,
+    }))
+}
+
+/// The remote configuration: every insert and read mode, and Cached.
+pub fn remote_engines() -> Vec<EngineSpec> {
+    vec![EngineSpec {
+        id: "remote-http",
+        title: "Remote HTTP (SQLite in memory)",
+        file: false,
+        slow_direct: false,
+        modes: &ALL_MODES,
+        orm: Box::new(|_: Option<&Path>| open_remote()),
+        raw: None,
+    }]
+}

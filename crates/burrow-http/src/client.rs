@@ -1,0 +1,1025 @@
+//! The HTTP client: [`RemoteEngine`], a [`Storage`] engine whose tables live on
+//! a Burrow (or mORMot-compatible) server.
+//!
+//! `Client::open(model, Arc::new(RemoteEngine::connect(url)?))` is a remote
+//! [`burrow_core::Orm`]: application code does not change. A server can also
+//! place one of its own tables in a `RemoteEngine`, keeping it on another server.
+//!
+//! - Connections are plain blocking sockets kept alive in a pool: a call takes
+//!   one, or opens one, and puts it back after a complete response.
+//! - A transaction pins a connection to the thread that began it (the server
+//!   runs that connection's requests on one thread of its own): `BEGIN`, the
+//!   calls, then `END` or `ABORT`.
+//! - A batch is one `PUT /{root}/Batch` request.
+//! - WHERE clauses travel as mORMot's inline parameters (`:(…):`), rendered from
+//!   the checked [`Filter`], so the server parses and binds them again.
+//! - An [`OrmCache`] may keep rows by ID; see [`RemoteBuilder::cache`].
+
+use std::collections::HashMap;
+use std::io::{Read, Write};
+use std::net::{SocketAddr, TcpStream, ToSocketAddrs};
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Mutex, OnceLock, PoisonError};
+use std::thread::ThreadId;
+use std::time::{Duration, Instant};
+
+use burrow_core::json::{self, JsonDialect};
+use burrow_core::{
+    BatchItem, BatchOp, BatchResult, Column, Error, Fields, Filter, OwnedRow, Result, Row, Select,
+    Storage, Table, Value,
+};
+
+use crate::auth::{mormot_password_hash, mormot_private_key, mormot_proof, mormot_signature};
+use crate::cache::OrmCache;
+use crate::http::percent_encode;
+
+const ENGINE: &str = "remote";
+
+/// An error status a server answered, with its message.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RemoteError {
+    /// The HTTP status.
+    pub status: u16,
+    /// The server's `errorText` (or body).
+    pub text: String,
+}
+
+impl std::fmt::Display for RemoteError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "HTTP {}: {}", self.status, self.text)
+    }
+}
+
+impl std::error::Error for RemoteError {}
+
+/// A response read by the client.
+struct Reply {
+    status: u16,
+    body: Vec<u8>,
+    location: Option<String>,
+}
+
+impl Reply {
+    fn text(&self) -> String {
+        serde_json::from_slice::<serde_json::Value>(&self.body)
+            .ok()
+            .and_then(|v| {
+                v.get("errorText")
+                    .and_then(|t| t.as_str())
+                    .map(str::to_owned)
+            })
+            .unwrap_or_else(|| String::from_utf8_lossy(&self.body).into_owned())
+    }
+
+    /// The error this reply stands for (a status other than 2xx).
+    fn error(&self, table: Option<&Table>) -> Error {
+        let text = self.text();
+        match self.status {
+            409 => Error::UniqueViolation {
+                table: table.map_or_else(String::new, |t| t.name.to_owned()),
+                detail: text,
+            },
+            400 | 404 | 405 | 411 | 413 => Error::BadInput(format!(
+                "the server refused the request ({}): {text}",
+                self.status
+            )),
+            _ => Error::engine(
+                ENGINE,
+                RemoteError {
+                    status: self.status,
+                    text,
+                },
+            ),
+        }
+    }
+}
+
+/// A kept-alive connection.
+struct Conn {
+    stream: TcpStream,
+    buf: Vec<u8>,
+    /// Whether it already carried a request (a failure on a reused connection
+    /// before any answer is retried once on a new one).
+    reused: bool,
+}
+
+enum Credentials {
+    None,
+    Bearer(String),
+    Session { hexa8: String, private_key: u32 },
+}
+
+/// Options of a [`RemoteEngine`]; see [`RemoteEngine::builder`].
+pub struct RemoteBuilder {
+    url: String,
+    timeout: Duration,
+    cache: OrmCache,
+    login: Option<(String, String, bool)>,
+    bearer: Option<String>,
+}
+
+impl RemoteBuilder {
+    /// Sends `Authorization: Bearer {token}` with every request.
+    pub fn bearer(mut self, token: impl Into<String>) -> Self {
+        self.bearer = Some(token.into());
+        self
+    }
+
+    /// Logs in with mORMot's signed-session scheme, then signs every URI.
+    pub fn login(mut self, user: impl Into<String>, password: impl Into<String>) -> Self {
+        self.login = Some((user.into(), password.into(), false));
+        self
+    }
+
+    /// Logs in with a password for a bearer token (`POST /{root}/auth`).
+    pub fn login_bearer(mut self, user: impl Into<String>, password: impl Into<String>) -> Self {
+        self.login = Some((user.into(), password.into(), true));
+        self
+    }
+
+    /// Keeps rows by ID in `cache` (client side): retrieves hit it, writes
+    /// through this engine keep it right, other clients' writes show once
+    /// an entry expires.
+    pub fn cache(mut self, cache: OrmCache) -> Self {
+        self.cache = cache;
+        self
+    }
+
+    /// How long a request may wait for its answer.
+    pub fn timeout(mut self, t: Duration) -> Self {
+        self.timeout = t;
+        self
+    }
+
+    /// Connects (and logs in, when asked).
+    pub fn connect(self) -> Result<RemoteEngine> {
+        let rest = self.url.strip_prefix("http://").ok_or_else(|| {
+            Error::BadInput(format!("{}: only http:// URLs are supported", self.url))
+        })?;
+        let (host, root) = rest.split_once('/').unwrap_or((rest, ""));
+        let addr = host
+            .to_socket_addrs()?
+            .next()
+            .ok_or_else(|| Error::BadInput(format!("{host}: no address")))?;
+        let engine = RemoteEngine {
+            addr,
+            host: host.to_owned(),
+            root: root.trim_matches('/').to_owned(),
+            pool: Mutex::new(Vec::new()),
+            tx: Mutex::new(HashMap::new()),
+            tx_count: AtomicUsize::new(0),
+            credentials: Mutex::new(match self.bearer {
+                Some(t) => Credentials::Bearer(t),
+                None => Credentials::None,
+            }),
+            cache: self.cache,
+            timeout: self.timeout,
+        };
+        // One round trip now, so that a wrong address fails here.
+        let r = engine.call("GET", "timestamp", b"")?;
+        if r.status != 200 {
+            return Err(r.error(None));
+        }
+        match self.login {
+            Some((user, password, false)) => engine.login_mormot(&user, &password)?,
+            Some((user, password, true)) => engine.login_bearer(&user, &password)?,
+            None => {}
+        }
+        Ok(engine)
+    }
+}
+
+/// A storage engine on a remote server, over HTTP/1.1.
+pub struct RemoteEngine {
+    addr: SocketAddr,
+    host: String,
+    root: String,
+    pool: Mutex<Vec<Conn>>,
+    /// Connections pinned to the threads that began a transaction.
+    tx: Mutex<HashMap<ThreadId, Conn>>,
+    tx_count: AtomicUsize,
+    credentials: Mutex<Credentials>,
+    cache: OrmCache,
+    timeout: Duration,
+}
+
+impl std::fmt::Debug for RemoteEngine {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("RemoteEngine")
+            .field("addr", &self.addr)
+            .field("root", &self.root)
+            .finish_non_exhaustive()
+    }
+}
+
+fn ticks() -> u32 {
+    static START: OnceLock<Instant> = OnceLock::new();
+    let start = START.get_or_init(Instant::now);
+    // mORMot's timestamp: milliseconds / 256, from some origin.
+    ((start.elapsed().as_millis() as u64 + (1 << 20)) >> 8) as u32
+}
+
+fn hex8(v: u32) -> String {
+    format!("{v:08x}")
+}
+
+impl RemoteEngine {
+    /// Connects to `http://host:port/root` without credentials.
+    pub fn connect(url: &str) -> Result<RemoteEngine> {
+        RemoteEngine::builder(url).connect()
+    }
+
+    /// Starts configuring a connection to `http://host:port/root`.
+    pub fn builder(url: &str) -> RemoteBuilder {
+        RemoteBuilder {
+            url: url.to_owned(),
+            timeout: Duration::from_secs(60),
+            cache: OrmCache::new(),
+            login: None,
+            bearer: None,
+        }
+    }
+
+    /// The client-side cache.
+    pub fn cache(&self) -> &OrmCache {
+        &self.cache
+    }
+
+    fn login_mormot(&self, user: &str, password: &str) -> Result<()> {
+        let mut q = String::from("auth?username=");
+        percent_encode(user, &mut q);
+        let r = self.call("GET", &q, b"")?;
+        if r.status != 200 {
+            return Err(r.error(None));
+        }
+        let nonce = result_of(&r.body)?;
+        let mut rnd = [0u8; 16];
+        crate::auth::random(&mut rnd);
+        let cnonce: String = rnd.iter().map(|b| format!("{b:02x}")).collect();
+        let hash = mormot_password_hash(password);
+        let proof = mormot_proof(&self.root, &nonce, &cnonce, user, &hash);
+        let q = format!("{q}&password={proof}&clientnonce={cnonce}");
+        let r = self.call("GET", &q, b"")?;
+        if r.status != 200 {
+            return Err(r.error(None));
+        }
+        let key = result_of(&r.body)?;
+        let id: u32 = key
+            .split('+')
+            .next()
+            .and_then(|s| s.parse().ok())
+            .ok_or_else(|| Error::engine(ENGINE, format!("unexpected session key {key:?}")))?;
+        *self
+            .credentials
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner) = Credentials::Session {
+            hexa8: hex8(id),
+            private_key: mormot_private_key(&key, &hash),
+        };
+        Ok(())
+    }
+
+    fn login_bearer(&self, user: &str, password: &str) -> Result<()> {
+        let mut body = b"{\"userName\":".to_vec();
+        json::write_str(&mut body, user);
+        body.extend_from_slice(b",\"password\":");
+        json::write_str(&mut body, password);
+        body.push(b'}');
+        let r = self.call("POST", "auth", &body)?;
+        if r.status != 200 {
+            return Err(r.error(None));
+        }
+        let token = result_of(&r.body)?;
+        *self
+            .credentials
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner) = Credentials::Bearer(token);
+        Ok(())
+    }
+
+    fn open_conn(&self) -> Result<Conn> {
+        let stream = TcpStream::connect_timeout(&self.addr, self.timeout)?;
+        stream.set_nodelay(true)?;
+        stream.set_read_timeout(Some(self.timeout))?;
+        stream.set_write_timeout(Some(self.timeout))?;
+        Ok(Conn {
+            stream,
+            buf: Vec::with_capacity(8192),
+            reused: false,
+        })
+    }
+
+    /// Sends one request; `path` is relative to the root (`Sample/1?…`).
+    fn call(&self, method: &str, path: &str, body: &[u8]) -> Result<Reply> {
+        let mut req = Vec::with_capacity(256 + body.len());
+        self.write_head(&mut req, method, path, body.len());
+        req.extend_from_slice(body);
+        let me = std::thread::current().id();
+        if self.tx_count.load(Ordering::Acquire) > 0 {
+            let pinned = self
+                .tx
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner)
+                .remove(&me);
+            if let Some(mut c) = pinned {
+                let r = exchange(&mut c, &req);
+                if r.as_ref().is_ok_and(|(_, keep)| *keep) {
+                    self.tx
+                        .lock()
+                        .unwrap_or_else(PoisonError::into_inner)
+                        .insert(me, c);
+                } else {
+                    // The transaction's connection is gone, and the server
+                    // rolled the transaction back with it.
+                    self.tx_count.fetch_sub(1, Ordering::AcqRel);
+                    self.cache.rollback();
+                }
+                return r.map(|(reply, _)| reply).map_err(Retry::into_error);
+            }
+        }
+        let mut conn = match self
+            .pool
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .pop()
+        {
+            Some(c) => c,
+            None => self.open_conn()?,
+        };
+        let (reply, keep) = match exchange(&mut conn, &req) {
+            Ok(r) => r,
+            Err(Retry::Yes(_)) if conn.reused => {
+                conn = self.open_conn()?;
+                exchange(&mut conn, &req).map_err(Retry::into_error)?
+            }
+            Err(e) => return Err(e.into_error()),
+        };
+        if keep {
+            conn.reused = true;
+            self.pool
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner)
+                .push(conn);
+        }
+        Ok(reply)
+    }
+
+    fn write_head(&self, out: &mut Vec<u8>, method: &str, path: &str, len: usize) {
+        let mut uri = String::with_capacity(self.root.len() + path.len() + 40);
+        uri.push_str(&self.root);
+        if !path.is_empty() {
+            uri.push('/');
+            uri.push_str(path);
+        }
+        let creds = self
+            .credentials
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner);
+        if let Credentials::Session { hexa8, private_key } = &*creds {
+            let ts = hex8(ticks());
+            let sign = mormot_signature(*private_key, ts.as_bytes(), uri.as_bytes());
+            uri.push(if uri.contains('?') { '&' } else { '?' });
+            uri.push_str("session_signature=");
+            uri.push_str(hexa8);
+            uri.push_str(&ts);
+            uri.push_str(&hex8(sign));
+        }
+        let _ = write!(
+            out,
+            "{method} /{uri} HTTP/1.1\r\nHost: {}\r\nUser-Agent: Burrow/{}\r\nAccept: */*\r\nBurrow-Json: exact, compact\r\nContent-Type: application/json; charset=UTF-8\r\nContent-Length: {len}\r\n",
+            self.host,
+            env!("CARGO_PKG_VERSION")
+        );
+        if let Credentials::Bearer(t) = &*creds {
+            let _ = write!(out, "Authorization: Bearer {t}\r\n");
+        }
+        out.extend_from_slice(b"\r\n");
+    }
+
+    fn one(&self, method: &str, path: &str, body: &[u8]) -> Result<Reply> {
+        self.call(method, path, body)
+    }
+
+    fn table_path(table: &Table, id: Option<i64>) -> String {
+        match id {
+            Some(id) => format!("{}/{id}", table.name),
+            None => table.name.to_owned(),
+        }
+    }
+
+    fn list(&self, table: &'static Table, columns: &str, select: &Select) -> Result<Vec<u8>> {
+        let mut path = format!("{}?select=", table.name);
+        percent_encode(columns, &mut path);
+        let tail = render_tail(table, select)?;
+        if !tail.is_empty() {
+            path.push_str("&where=");
+            percent_encode(&tail, &mut path);
+        }
+        let r = self.one("GET", &path, b"")?;
+        if r.status != 200 {
+            return Err(r.error(Some(table)));
+        }
+        Ok(r.body)
+    }
+}
+
+enum Retry {
+    /// Failed before any byte of an answer: the request can be sent again.
+    Yes(Error),
+    No(Error),
+}
+
+impl Retry {
+    fn into_error(self) -> Error {
+        match self {
+            Retry::Yes(e) | Retry::No(e) => e,
+        }
+    }
+}
+
+/// Writes a request and reads its response; the flag says whether the
+/// connection can be kept.
+fn exchange(c: &mut Conn, req: &[u8]) -> std::result::Result<(Reply, bool), Retry> {
+    c.buf.clear();
+    if let Err(e) = c.stream.write_all(req) {
+        return Err(Retry::Yes(e.into()));
+    }
+    loop {
+        let mut headers = [httparse::EMPTY_HEADER; 32];
+        let mut resp = httparse::Response::new(&mut headers);
+        match resp.parse(&c.buf) {
+            Ok(httparse::Status::Complete(head)) => {
+                let status = resp.code.unwrap_or(0);
+                let mut len = 0usize;
+                let mut keep = resp.version == Some(1);
+                let mut location = None;
+                for h in resp.headers.iter() {
+                    let v = std::str::from_utf8(h.value).unwrap_or("").trim();
+                    if h.name.eq_ignore_ascii_case("content-length") {
+                        len = v
+                            .parse()
+                            .map_err(|_| Retry::No(Error::engine(ENGINE, "bad Content-Length")))?;
+                    } else if h.name.eq_ignore_ascii_case("connection") {
+                        keep = !v.eq_ignore_ascii_case("close");
+                    } else if h.name.eq_ignore_ascii_case("location") {
+                        location = Some(v.to_owned());
+                    }
+                }
+                if status == 100 {
+                    c.buf.drain(..head);
+                    continue;
+                }
+                while c.buf.len() < head + len {
+                    read_more(c).map_err(Retry::No)?;
+                }
+                let body = c.buf[head..head + len].to_vec();
+                c.buf.drain(..head + len);
+                return Ok((
+                    Reply {
+                        status,
+                        body,
+                        location,
+                    },
+                    keep && c.buf.is_empty(),
+                ));
+            }
+            Ok(httparse::Status::Partial) => {
+                let first = c.buf.is_empty();
+                match read_more(c) {
+                    Ok(()) => {}
+                    Err(e) if first => return Err(Retry::Yes(e)),
+                    Err(e) => return Err(Retry::No(e)),
+                }
+            }
+            Err(e) => {
+                return Err(Retry::No(Error::engine(
+                    ENGINE,
+                    format!("malformed response: {e}"),
+                )))
+            }
+        }
+    }
+}
+
+fn read_more(c: &mut Conn) -> Result<()> {
+    let mut chunk = [0u8; 16 * 1024];
+    let n = c.stream.read(&mut chunk)?;
+    if n == 0 {
+        return Err(Error::engine(ENGINE, "the server closed the connection"));
+    }
+    c.buf.extend_from_slice(&chunk[..n]);
+    Ok(())
+}
+
+fn result_of(body: &[u8]) -> Result<String> {
+    serde_json::from_slice::<serde_json::Value>(body)
+        .ok()
+        .and_then(|v| v.get("result").and_then(|r| r.as_str()).map(str::to_owned))
+        .ok_or_else(|| Error::engine(ENGINE, "unexpected authentication answer"))
+}
+
+/// A value as mORMot's inline parameter `:(…):`.
+fn inline_param(v: &Value, out: &mut String) -> Result<()> {
+    let quoted = |s: &str, out: &mut String| {
+        out.push_str(":('");
+        out.push_str(&s.replace('\'', "''"));
+        out.push_str("'):");
+    };
+    match v {
+        Value::Int(i) => out.push_str(&format!(":({i}):")),
+        Value::Real(f) if f.is_finite() => out.push_str(&format!(":({f:?}):")),
+        Value::Bool(b) => out.push_str(if *b { ":(1):" } else { ":(0):" }),
+        Value::Currency(c) => quoted(&c.to_string(), out),
+        Value::Date(d) => quoted(&burrow_core::datetime::format_date(*d), out),
+        Value::DateTime(t) => quoted(&burrow_core::datetime::format_datetime(*t), out),
+        Value::Text(s) => quoted(s, out),
+        other => {
+            return Err(Error::Unsupported(format!(
+                "a {} parameter cannot travel in a remote WHERE clause",
+                other.type_name()
+            )))
+        }
+    }
+    Ok(())
+}
+
+/// The WHERE text of a filter with its parameters inline.
+fn render_filter(table: &Table, filter: &Filter) -> Result<String> {
+    let mut sql = String::new();
+    filter.write_sql(&mut sql, &mut |c, o| o.push_str(table.column_name(c)));
+    let mut out = String::with_capacity(sql.len() + 16 * filter.params.len());
+    let mut params = filter.params.iter();
+    for (i, part) in sql.split('?').enumerate() {
+        if i > 0 {
+            let p = params
+                .next()
+                .ok_or_else(|| Error::BadInput("more placeholders than parameters".into()))?;
+            inline_param(p, &mut out)?;
+        }
+        out.push_str(part);
+    }
+    Ok(out)
+}
+
+/// WHERE, ORDER BY, LIMIT and OFFSET of a select, as the `where=` parameter.
+fn render_tail(table: &Table, select: &Select) -> Result<String> {
+    let mut s = render_filter(table, &select.filter)?;
+    for (i, (c, desc)) in select.order.iter().enumerate() {
+        s.push_str(if i == 0 { " ORDER BY " } else { ", " });
+        s.push_str(table.column_name(*c));
+        if *desc {
+            s.push_str(" DESC");
+        }
+    }
+    if let Some(l) = select.limit {
+        s.push_str(&format!(" LIMIT {l}"));
+    }
+    if select.offset > 0 {
+        s.push_str(&format!(" OFFSET {}", select.offset));
+    }
+    Ok(s.trim().to_owned())
+}
+
+/// Replaces each `?` outside quotes with an inline parameter.
+fn inline_sql(sql: &str, params: &[Value]) -> Result<String> {
+    let mut out = String::with_capacity(sql.len() + 16 * params.len());
+    let mut it = params.iter();
+    let mut quoted = false;
+    for ch in sql.chars() {
+        match ch {
+            '\'' => {
+                quoted = !quoted;
+                out.push(ch);
+            }
+            '?' if !quoted => inline_param(
+                it.next()
+                    .ok_or_else(|| Error::BadInput("more placeholders than parameters".into()))?,
+                &mut out,
+            )?,
+            _ => out.push(ch),
+        }
+    }
+    if it.next().is_some() {
+        return Err(Error::BadInput("more parameters than placeholders".into()));
+    }
+    Ok(out)
+}
+
+fn parse_object(table: &'static Table, body: &[u8]) -> Result<OwnedRow> {
+    match serde_json::from_slice::<serde_json::Value>(body) {
+        Ok(serde_json::Value::Object(o)) => OwnedRow::from_object(table, &o, false).map(|(r, _)| r),
+        _ => Err(Error::engine(ENGINE, "the server sent an invalid object")),
+    }
+}
+
+/// The first cell of a one-column list, in either form.
+fn first_cell(body: &[u8]) -> Result<Option<serde_json::Value>> {
+    let v: serde_json::Value = serde_json::from_slice(body)
+        .map_err(|e| Error::engine(ENGINE, format!("invalid list: {e}")))?;
+    Ok(match v {
+        serde_json::Value::Object(mut o) => {
+            let n = o.get("fieldCount").and_then(|n| n.as_u64()).unwrap_or(1) as usize;
+            match o.remove("values") {
+                Some(serde_json::Value::Array(mut vals)) if vals.len() > n => {
+                    Some(vals.swap_remove(n))
+                }
+                _ => None,
+            }
+        }
+        serde_json::Value::Array(mut rows) if !rows.is_empty() => match rows.swap_remove(0) {
+            serde_json::Value::Object(o) => o.into_iter().next().map(|(_, v)| v),
+            _ => None,
+        },
+        _ => None,
+    })
+}
+
+impl Storage for RemoteEngine {
+    fn engine_name(&self) -> &'static str {
+        ENGINE
+    }
+
+    fn ensure_table(&self, table: &'static Table) -> Result<()> {
+        let r = self.one("GET", &format!("{}?select=ID&results=1", table.name), b"")?;
+        match r.status {
+            200 | 401 | 403 => Ok(()),
+            _ => Err(Error::UnknownTable(format!(
+                "{} on the server: {}",
+                table.name,
+                r.text()
+            ))),
+        }
+    }
+
+    fn insert(&self, table: &'static Table, id: Option<i64>, row: &dyn Fields) -> Result<i64> {
+        let mut body = Vec::with_capacity(256);
+        match id {
+            Some(id) => {
+                // The forced ID travels in the object.
+                let mut r = OwnedRow::from_fields(row);
+                r.id = id;
+                json::write_fields(&mut body, &r, None, true, JsonDialect::Exact);
+            }
+            None => json::write_fields(&mut body, row, None, false, JsonDialect::Exact),
+        }
+        let r = self.one("POST", table.name, &body)?;
+        if r.status != 201 {
+            return Err(r.error(Some(table)));
+        }
+        let new_id = r
+            .location
+            .as_deref()
+            .and_then(|l| l.rsplit('/').next())
+            .and_then(|s| s.parse().ok())
+            .ok_or_else(|| Error::engine(ENGINE, "201 without a Location"))?;
+        let item = BatchItem {
+            table,
+            op: BatchOp::Add { id, row },
+        };
+        self.cache
+            .after_write(&item, &BatchResult::Added(new_id), self.in_transaction());
+        Ok(new_id)
+    }
+
+    fn update(
+        &self,
+        table: &'static Table,
+        row: &dyn Fields,
+        fields: Option<&[usize]>,
+    ) -> Result<bool> {
+        self.cache.flush_id(table, row.id());
+        let mut body = Vec::with_capacity(256);
+        json::write_fields(&mut body, row, fields, false, JsonDialect::Exact);
+        let r = self.one("PUT", &Self::table_path(table, Some(row.id())), &body)?;
+        let done = match r.status {
+            200 => true,
+            404 => false,
+            _ => return Err(r.error(Some(table))),
+        };
+        let item = BatchItem {
+            table,
+            op: BatchOp::Update { row, fields },
+        };
+        let res = if done {
+            BatchResult::Done
+        } else {
+            BatchResult::Missing
+        };
+        self.cache.after_write(&item, &res, self.in_transaction());
+        Ok(done)
+    }
+
+    fn delete(&self, table: &'static Table, id: i64) -> Result<bool> {
+        self.cache.flush_id(table, id);
+        let r = self.one("DELETE", &Self::table_path(table, Some(id)), b"")?;
+        match r.status {
+            200 => Ok(true),
+            404 => Ok(false),
+            _ => Err(r.error(Some(table))),
+        }
+    }
+
+    fn delete_where(&self, table: &'static Table, filter: &Filter) -> Result<u64> {
+        self.cache.flush_table(table);
+        let mut path = format!("{}?where=", table.name);
+        percent_encode(&render_filter(table, filter)?, &mut path);
+        let r = self.one("DELETE", &path, b"")?;
+        self.cache.flush_table(table);
+        if r.status != 200 {
+            return Err(r.error(Some(table)));
+        }
+        serde_json::from_slice::<serde_json::Value>(&r.body)
+            .ok()
+            .and_then(|v| v.get("deleted").and_then(|d| d.as_u64()))
+            .ok_or_else(|| Error::engine(ENGINE, "unexpected answer to a DELETE"))
+    }
+
+    fn retrieve(
+        &self,
+        table: &'static Table,
+        id: i64,
+        out: &mut dyn FnMut(&dyn Row) -> Result<()>,
+    ) -> Result<bool> {
+        let in_tx = self.in_transaction();
+        if !in_tx {
+            if let Some(r) = self.cache.with(table, id, |row| out(row)) {
+                r?;
+                return Ok(true);
+            }
+        }
+        let r = self.one("GET", &Self::table_path(table, Some(id)), b"")?;
+        match r.status {
+            200 => {
+                let row = parse_object(table, &r.body)?;
+                out(&row)?;
+                if !in_tx && self.cache.covers(table, id) {
+                    self.cache.put(row);
+                }
+                Ok(true)
+            }
+            404 => Ok(false),
+            _ => Err(r.error(Some(table))),
+        }
+    }
+
+    fn select(
+        &self,
+        table: &'static Table,
+        select: &Select,
+        out: &mut dyn FnMut(&dyn Row) -> Result<()>,
+    ) -> Result<()> {
+        let body = self.list(table, "*", select)?;
+        for row in json::parse_list(table, &body)? {
+            out(&row)?;
+        }
+        Ok(())
+    }
+
+    fn count(&self, table: &'static Table, filter: &Filter) -> Result<u64> {
+        let mut sql = format!("SELECT count(*) FROM {}", table.name);
+        let w = render_filter(table, filter)?;
+        if !w.is_empty() {
+            sql.push_str(" WHERE ");
+            sql.push_str(&w);
+        }
+        let r = self.one("GET", "", sql.as_bytes())?;
+        if r.status != 200 {
+            return Err(r.error(Some(table)));
+        }
+        first_cell(&r.body)?
+            .and_then(|v| v.as_u64())
+            .ok_or_else(|| Error::engine(ENGINE, "unexpected answer to a count"))
+    }
+
+    fn select_value(
+        &self,
+        table: &'static Table,
+        column: Column,
+        select: &Select,
+    ) -> Result<Option<Value>> {
+        let body = self.list(table, table.column_name(column), select)?;
+        match first_cell(&body)? {
+            None => Ok(None),
+            Some(v) => match column {
+                Column::Id => Ok(json::parse_id(&v).map(Value::Int)),
+                Column::Field(i) => json::parse_value(table, &table.fields[i], &v).map(Some),
+            },
+        }
+    }
+
+    fn apply_batch(
+        &self,
+        items: &[BatchItem<'_>],
+        results: &mut Vec<BatchResult>,
+        stop_on_error: bool,
+    ) -> Result<()> {
+        if items.is_empty() {
+            return Ok(());
+        }
+        let mut body = Vec::with_capacity(items.len() * 128);
+        body.extend_from_slice(b"[\"stopOnError\",");
+        body.extend_from_slice(if stop_on_error { b"true" } else { b"false" });
+        for item in items {
+            body.push(b',');
+            let t = item.table.name;
+            match item.op {
+                BatchOp::Add { id: None, row } => {
+                    body.extend_from_slice(format!("\"SIMPLE@{t}\",").as_bytes());
+                    json::write_simple(&mut body, row, JsonDialect::Exact);
+                }
+                BatchOp::Add { id: Some(id), row } => {
+                    body.extend_from_slice(format!("\"POST@{t}\",").as_bytes());
+                    let mut r = OwnedRow::from_fields(row);
+                    r.id = id;
+                    json::write_fields(&mut body, &r, None, true, JsonDialect::Exact);
+                }
+                BatchOp::Update { row, fields } => {
+                    self.cache.flush_id(item.table, row.id());
+                    body.extend_from_slice(format!("\"PUT@{t}\",").as_bytes());
+                    json::write_fields(&mut body, row, fields, true, JsonDialect::Exact);
+                }
+                BatchOp::Delete { id } => {
+                    self.cache.flush_id(item.table, id);
+                    body.extend_from_slice(format!("\"DELETE@{t}\",{id}").as_bytes());
+                }
+            }
+        }
+        body.push(b']');
+        let r = self.one("PUT", "Batch", &body)?;
+        if r.status != 200 {
+            let err = r.error(Some(items[0].table));
+            let index = serde_json::from_slice::<serde_json::Value>(&r.body)
+                .ok()
+                .and_then(|v| v.get("index").and_then(|i| i.as_u64()));
+            return Err(match index {
+                Some(index) => Error::Batch {
+                    index: index as usize,
+                    source: Box::new(err),
+                },
+                None => err,
+            });
+        }
+        // The common answer is all numbers: read it without a JSON tree.
+        let arr: Vec<serde_json::Value> = match serde_json::from_slice::<Vec<i64>>(&r.body) {
+            Ok(nums) => nums.into_iter().map(serde_json::Value::from).collect(),
+            Err(_) => serde_json::from_slice(&r.body)
+                .map_err(|e| Error::engine(ENGINE, format!("invalid batch results: {e}")))?,
+        };
+        if arr.len() != items.len() {
+            return Err(Error::engine(
+                ENGINE,
+                "the batch results do not match its items",
+            ));
+        }
+        let in_tx = self.in_transaction();
+        for (item, v) in items.iter().zip(arr) {
+            let res = match (&item.op, v) {
+                (_, serde_json::Value::Object(o)) => {
+                    let status = o.get("errorCode").and_then(|c| c.as_u64()).unwrap_or(500) as u16;
+                    let text = o
+                        .get("errorText")
+                        .and_then(|t| t.as_str())
+                        .unwrap_or("")
+                        .to_owned();
+                    let reply = Reply {
+                        status,
+                        body: serde_json::json!({ "errorText": text })
+                            .to_string()
+                            .into_bytes(),
+                        location: None,
+                    };
+                    BatchResult::Failed(Box::new(reply.error(Some(item.table))))
+                }
+                (BatchOp::Add { .. }, v) => BatchResult::Added(
+                    v.as_i64()
+                        .ok_or_else(|| Error::engine(ENGINE, "a batch add without its ID"))?,
+                ),
+                (_, v) if v.as_u64() == Some(404) => BatchResult::Missing,
+                _ => BatchResult::Done,
+            };
+            self.cache.after_write(item, &res, in_tx);
+            results.push(res);
+        }
+        Ok(())
+    }
+
+    fn sql_select(
+        &self,
+        table: &'static Table,
+        sql: &str,
+        params: &[Value],
+        out: &mut dyn FnMut(&dyn Row) -> Result<()>,
+    ) -> Result<()> {
+        let text = inline_sql(sql, params)?;
+        let r = self.one("GET", "", text.as_bytes())?;
+        if r.status != 200 {
+            return Err(r.error(Some(table)));
+        }
+        for row in json::parse_list(table, &r.body)? {
+            out(&row)?;
+        }
+        Ok(())
+    }
+
+    fn begin(&self) -> Result<()> {
+        let me = std::thread::current().id();
+        if self.in_transaction() {
+            return Err(Error::Transaction(
+                "a transaction is already open on this thread; nested transactions are not supported",
+            ));
+        }
+        let mut conn = match self
+            .pool
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .pop()
+        {
+            Some(c) => c,
+            None => self.open_conn()?,
+        };
+        let mut req = Vec::new();
+        self.write_head(&mut req, "BEGIN", "", 0);
+        let (reply, keep) = match exchange(&mut conn, &req) {
+            Ok(r) => r,
+            Err(Retry::Yes(_)) if conn.reused => {
+                conn = self.open_conn()?;
+                exchange(&mut conn, &req).map_err(Retry::into_error)?
+            }
+            Err(e) => return Err(e.into_error()),
+        };
+        if reply.status != 200 {
+            if keep {
+                self.pool
+                    .lock()
+                    .unwrap_or_else(PoisonError::into_inner)
+                    .push(conn);
+            }
+            return Err(reply.error(None));
+        }
+        if !keep {
+            return Err(Error::engine(
+                ENGINE,
+                "the server closed the transaction's connection",
+            ));
+        }
+        conn.reused = true;
+        self.tx
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .insert(me, conn);
+        self.tx_count.fetch_add(1, Ordering::AcqRel);
+        Ok(())
+    }
+
+    fn commit(&self) -> Result<()> {
+        self.end("END")
+    }
+
+    fn rollback(&self) -> Result<()> {
+        self.end("ABORT")
+    }
+
+    fn in_transaction(&self) -> bool {
+        self.tx_count.load(Ordering::Acquire) > 0
+            && self
+                .tx
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner)
+                .contains_key(&std::thread::current().id())
+    }
+}
+
+impl RemoteEngine {
+    fn end(&self, verb: &str) -> Result<()> {
+        let me = std::thread::current().id();
+        let conn = self
+            .tx
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .remove(&me);
+        let Some(mut conn) = conn else {
+            return Err(Error::Transaction("no transaction is open on this thread"));
+        };
+        self.tx_count.fetch_sub(1, Ordering::AcqRel);
+        let mut req = Vec::new();
+        self.write_head(&mut req, verb, "", 0);
+        let r = exchange(&mut conn, &req).map_err(Retry::into_error);
+        let ok = matches!(&r, Ok((reply, _)) if reply.status == 200);
+        if ok && verb == "END" {
+            self.cache.commit();
+        } else {
+            self.cache.rollback();
+        }
+        let (reply, keep) = r?;
+        if keep {
+            self.pool
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner)
+                .push(conn);
+        }
+        if reply.status != 200 {
+            return Err(reply.error(None));
+        }
+        Ok(())
+    }
+}

@@ -1,0 +1,46 @@
+//! Burrow over HTTP: a server that hosts a [`burrow_core::Client`] and speaks
+//! the mORMot REST protocol, and [`RemoteEngine`], the client side, which
+//! makes a remote server one more storage engine.
+//!
+//! ```no_run
+//! use std::sync::Arc;
+//! use burrow_core::{Client, Model, Orm};
+//! use burrow_http::{RemoteEngine, Server};
+//! # fn engine() -> Arc<dyn burrow_core::Storage> { unimplemented!() }
+//! # fn main() -> burrow_core::Result<()> {
+//! // The server: a model and its engines, at /root.
+//! let hosted = Arc::new(Client::open(Model::new(), engine())?);
+//! let server = Server::builder(hosted, "root").no_auth().bind("127.0.0.1:0")?;
+//!
+//! // A client: the same Orm API, over HTTP.
+//! let remote = Client::open(Model::new(), Arc::new(RemoteEngine::connect(&server.url())?))?;
+//! # Ok(())
+//! # }
+//! ```
+//!
+//! - [`Server`], [`ServerBuilder`], [`Limits`], [`Execution`]: the server
+//!   (`server.rs`: the event loop; `rest.rs`: the routes; `batch.rs`: batch
+//!   bodies; `sql.rs`: the SELECT subset it accepts).
+//! - [`Auth`], [`Group`], [`Rights`]: access control (`auth.rs`).
+//! - [`RemoteEngine`], [`RemoteBuilder`], [`RemoteError`]: the client (`client.rs`).
+//! - [`OrmCache`], [`CachedEngine`]: the ORM cache (`cache.rs`).
+//!
+//! The protocol is documented message by message in `docs/protocol.md`.
+
+#![forbid(unsafe_code)]
+
+mod auth;
+mod batch;
+mod cache;
+mod client;
+mod http;
+mod rest;
+mod server;
+mod sql;
+
+pub use auth::{
+    mormot_password_hash, mormot_private_key, mormot_proof, mormot_signature, Auth, Group, Rights,
+};
+pub use cache::{CacheRule, CachedEngine, OrmCache};
+pub use client::{RemoteBuilder, RemoteEngine, RemoteError};
+pub use server::{Execution, Limits, Server, ServerBuilder};

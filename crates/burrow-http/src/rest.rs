@@ -1,0 +1,606 @@
+//! The REST router: one request in, one response out, by synchronous calls
+//! into the hosted client's engines. Where it runs (event loop, blocking pool,
+//! a transaction's own thread) is the connection loop's business.
+
+use std::sync::atomic::Ordering;
+
+use burrow_core::chrono::Utc;
+use burrow_core::json::{self, ListWriter};
+use burrow_core::{
+    Column, Error, Filter, JsonDialect, Orm, OwnedRow, Select, Storage, Table, ValueRef,
+};
+
+use crate::auth::{Denied, Principal, Rights};
+use crate::batch;
+use crate::http::{Request, Response, TEXT};
+use crate::server::Shared;
+use crate::sql::{self, Projection, SqlError};
+
+type Outcome = std::result::Result<Response, Response>;
+
+fn err(e: Error) -> Response {
+    Response::from_error(&e)
+}
+
+fn bad(msg: &str) -> Response {
+    Response::error(400, msg)
+}
+
+fn denied(d: Denied) -> Response {
+    match d {
+        Denied::Unauthenticated(m) => Response::error(401, m),
+    }
+}
+
+/// Identifies the sender (always [`Principal::Anyone`] without access control).
+pub(crate) fn authenticate(sh: &Shared, req: &Request) -> std::result::Result<Principal, Response> {
+    let Some(auth) = &sh.auth else {
+        return Ok(Principal::Anyone);
+    };
+    // The server's time and the login itself need no credentials.
+    if let Some(rest) = root_rest(sh, &req.path) {
+        let first = rest.split('/').next().unwrap_or("");
+        if first.eq_ignore_ascii_case("timestamp") || first.eq_ignore_ascii_case("auth") {
+            let signed = req.query.contains("session_signature=") || req.bearer.is_some();
+            if !signed {
+                return Ok(Principal::Anyone);
+            }
+        }
+    }
+    auth.identify(&req.target, req.bearer.as_deref())
+        .map_err(denied)
+}
+
+fn root_rest<'a>(sh: &Shared, path: &'a str) -> Option<&'a str> {
+    let p = path.strip_prefix('/')?;
+    let (root, rest) = p.split_once('/').unwrap_or((p, ""));
+    root.eq_ignore_ascii_case(&sh.root).then_some(rest)
+}
+
+fn check(sh: &Shared, who: Principal, table: &Table, need: fn(&Rights) -> bool) -> Outcome {
+    let Some(auth) = &sh.auth else {
+        return Ok(Response::empty(200));
+    };
+    if who == Principal::Anyone {
+        return Err(Response::error(401, "authentication required"));
+    }
+    if need(&auth.rights(who, table.name)) {
+        Ok(Response::empty(200))
+    } else {
+        Err(Response::error(403, "Forbidden"))
+    }
+}
+
+fn dialect(req: &Request) -> JsonDialect {
+    if req.exact {
+        JsonDialect::Exact
+    } else {
+        JsonDialect::Mormot
+    }
+}
+
+fn all_columns(table: &Table) -> Vec<Column> {
+    std::iter::once(Column::Id)
+        .chain((0..table.fields.len()).map(Column::Field))
+        .collect()
+}
+
+fn parse_id(s: &str) -> std::result::Result<i64, Response> {
+    s.parse::<i64>()
+        .ok()
+        .filter(|id| *id > 0)
+        .ok_or_else(|| bad(&format!("{s:?} is not a valid ID (a positive integer)")))
+}
+
+fn json_object(
+    body: &[u8],
+) -> std::result::Result<serde_json::Map<String, serde_json::Value>, Response> {
+    match serde_json::from_slice::<serde_json::Value>(body) {
+        Ok(serde_json::Value::Object(o)) => Ok(o),
+        Ok(_) => Err(bad("the body must be a JSON object")),
+        Err(e) => Err(bad(&format!("invalid JSON: {e}"))),
+    }
+}
+
+/// Handles one request. `in_tx`: it runs on its connection's transaction thread.
+pub(crate) fn handle(sh: &Shared, req: &Request, who: Principal, in_tx: bool) -> Response {
+    match route(sh, req, who, in_tx) {
+        Ok(r) | Err(r) => r,
+    }
+}
+
+fn route(sh: &Shared, req: &Request, who: Principal, in_tx: bool) -> Outcome {
+    let rest = root_rest(sh, &req.path).ok_or_else(|| Response::error(404, "Not Found"))?;
+    let segs: Vec<&str> = if rest.is_empty() {
+        Vec::new()
+    } else {
+        rest.split('/').collect()
+    };
+    let m = req.method.as_str();
+    let get = m == "GET" || m == "HEAD";
+    match segs.as_slice() {
+        [] if get => sql_select(sh, req, who),
+        [t] if t.eq_ignore_ascii_case("timestamp") && get => {
+            let mut r = Response::json(json::to_timelog(Utc::now()).to_string().into_bytes());
+            r.content_type = TEXT;
+            Ok(r)
+        }
+        [t, i] if t.eq_ignore_ascii_case("timestamp") && i.eq_ignore_ascii_case("info") && get => {
+            Ok(Response::json(
+                format!(
+                    "{{\"server\":\"Burrow\",\"version\":\"{}\",\"nowutc\":\"{}\"}}",
+                    env!("CARGO_PKG_VERSION"),
+                    burrow_core::datetime::format_datetime(Utc::now())
+                )
+                .into_bytes(),
+            ))
+        }
+        [a] if a.eq_ignore_ascii_case("auth") => auth(sh, req, who),
+        [c, rest @ ..] if c.eq_ignore_ascii_case("CacheFlush") => {
+            if sh.auth.is_some() && who == Principal::Anyone {
+                return Err(Response::error(401, "authentication required"));
+            }
+            match rest {
+                [] => sh.cache.flush(),
+                [p] if *p == "_ping_" => return Ok(Response::json(b"{\"count\":0}".to_vec())),
+                [t] => sh.cache.flush_table(table(sh, t)?),
+                [t, id] => sh.cache.flush_id(table(sh, t)?, parse_id(id)?),
+                _ => return Err(Response::error(404, "Not Found")),
+            }
+            Ok(Response::empty(200))
+        }
+        [b] if b.eq_ignore_ascii_case("Batch") && (m == "PUT" || m == "POST") => {
+            run_batch(sh, req, who, None, in_tx)
+        }
+        [t, b] if b.eq_ignore_ascii_case("Batch") && (m == "PUT" || m == "POST") => {
+            let t = table(sh, t)?;
+            run_batch(sh, req, who, Some(t), in_tx)
+        }
+        [t] => {
+            let t = table(sh, t)?;
+            match m {
+                "GET" | "HEAD" => list(sh, req, who, t),
+                "POST" => add(sh, req, who, t),
+                "DELETE" => delete_where(sh, req, who, t),
+                _ => Err(Response::error(405, "Method Not Allowed")),
+            }
+        }
+        [t, id] => {
+            let t = table(sh, t)?;
+            let id = parse_id(id)?;
+            match m {
+                "GET" | "HEAD" => retrieve(sh, req, who, t, id, in_tx),
+                "PUT" => update(sh, req, who, t, id),
+                "DELETE" => delete(sh, req, who, t, id),
+                _ => Err(Response::error(405, "Method Not Allowed")),
+            }
+        }
+        [t, id, field] if get => {
+            let t = table(sh, t)?;
+            let id = parse_id(id)?;
+            blob(sh, who, t, id, field)
+        }
+        _ => Err(Response::error(404, "Not Found")),
+    }
+}
+
+fn table(sh: &Shared, name: &str) -> std::result::Result<&'static Table, Response> {
+    sh.client
+        .model()
+        .table(name)
+        .ok_or_else(|| err(Error::UnknownTable(name.to_owned())))
+}
+
+fn engine<'a>(sh: &'a Shared, t: &'static Table) -> std::result::Result<&'a dyn Storage, Response> {
+    sh.client.route(t).map_err(err)
+}
+
+fn wrote(sh: &Shared) {
+    sh.state.fetch_add(1, Ordering::Relaxed);
+}
+
+fn retrieve(
+    sh: &Shared,
+    req: &Request,
+    who: Principal,
+    t: &'static Table,
+    id: i64,
+    in_tx: bool,
+) -> Outcome {
+    check(sh, who, t, |r| r.read)?;
+    let d = dialect(req);
+    let cols = all_columns(t);
+    let mut body = Vec::with_capacity(64 + 24 * cols.len());
+    if !in_tx {
+        if let Some(row) = sh.cache.get(t, id) {
+            json::write_row(&mut body, t, row.as_ref(), &cols, d).map_err(err)?;
+            return Ok(Response::json(body));
+        }
+    }
+    let caching = !in_tx && sh.cache.covers(t, id);
+    let mut copy = None;
+    let found = engine(sh, t)?
+        .retrieve(t, id, &mut |row| {
+            json::write_row(&mut body, t, row, &cols, d)?;
+            if caching {
+                copy = Some(OwnedRow::from_row(t, row)?);
+            }
+            Ok(())
+        })
+        .map_err(err)?;
+    if !found {
+        return Err(Response::error(404, "Not Found"));
+    }
+    if let Some(c) = copy {
+        sh.cache.put(c);
+    }
+    Ok(Response::json(body))
+}
+
+fn blob(sh: &Shared, who: Principal, t: &'static Table, id: i64, field: &str) -> Outcome {
+    check(sh, who, t, |r| r.read)?;
+    let idx = t.field_index(field).ok_or_else(|| {
+        err(Error::UnknownField {
+            table: t.name,
+            field: field.to_owned(),
+        })
+    })?;
+    let mut out = None;
+    let found = engine(sh, t)?
+        .retrieve(t, id, &mut |row| {
+            out = Some(match row.get(idx)? {
+                ValueRef::Blob(b) => b.to_vec(),
+                ValueRef::Null => Vec::new(),
+                other => {
+                    let mut v = Vec::new();
+                    json::write_value(&mut v, Some(&t.fields[idx]), &other, JsonDialect::Mormot);
+                    v
+                }
+            });
+            Ok(())
+        })
+        .map_err(err)?;
+    if !found {
+        return Err(Response::error(404, "Not Found"));
+    }
+    let mut r = Response::json(out.unwrap_or_default());
+    r.content_type = "application/octet-stream";
+    Ok(r)
+}
+
+fn add(sh: &Shared, req: &Request, who: Principal, t: &'static Table) -> Outcome {
+    check(sh, who, t, |r| r.create)?;
+    let obj = json_object(&req.body)?;
+    let (mut row, mut present) = OwnedRow::from_object(t, &obj, false).map_err(err)?;
+    batch::stamp_missing(&mut row, &mut present, true);
+    let forced = (row.id > 0).then_some(row.id);
+    let id = engine(sh, t)?.insert(t, forced, &row).map_err(err)?;
+    wrote(sh);
+    sh.cache.flush_id(t, id);
+    let mut r = Response::empty(201);
+    r.location = Some(format!("{}/{id}", t.name));
+    Ok(r)
+}
+
+fn update(sh: &Shared, req: &Request, who: Principal, t: &'static Table, id: i64) -> Outcome {
+    check(sh, who, t, |r| r.update)?;
+    let obj = json_object(&req.body)?;
+    let (mut row, mut present) = OwnedRow::from_object(t, &obj, false).map_err(err)?;
+    if row.id != 0 && row.id != id {
+        return Err(bad("the body's ID differs from the URI's"));
+    }
+    if present.is_empty() {
+        return Err(bad("the body names no field to update"));
+    }
+    row.id = id;
+    batch::stamp_missing(&mut row, &mut present, false);
+    sh.cache.flush_id(t, id);
+    let done = engine(sh, t)?
+        .update(t, &row, Some(&present))
+        .map_err(err)?;
+    sh.cache.flush_id(t, id);
+    if !done {
+        return Err(Response::error(404, "Not Found"));
+    }
+    wrote(sh);
+    Ok(Response::empty(200))
+}
+
+fn delete(sh: &Shared, req: &Request, who: Principal, t: &'static Table, id: i64) -> Outcome {
+    check(sh, who, t, |r| r.delete)?;
+    sh.cache.flush_id(t, id);
+    let existed = engine(sh, t)?.delete(t, id).map_err(err)?;
+    sh.cache.flush_id(t, id);
+    if existed {
+        wrote(sh);
+    } else if req.exact {
+        // Burrow clients learn whether the row existed; mORMot's get 200.
+        return Err(Response::error(404, "Not Found"));
+    }
+    Ok(Response::empty(200))
+}
+
+fn delete_where(sh: &Shared, req: &Request, who: Principal, t: &'static Table) -> Outcome {
+    check(sh, who, t, |r| r.delete)?;
+    let text = req.param("where").unwrap_or_default();
+    let filter = Filter::parse(t, &text, &[]).map_err(err)?;
+    if filter.expr.is_none() {
+        return Err(bad("DELETE on a table needs a where= clause"));
+    }
+    sh.cache.flush_table(t);
+    let n = engine(sh, t)?.delete_where(t, &filter).map_err(err)?;
+    sh.cache.flush_table(t);
+    if n > 0 {
+        wrote(sh);
+    }
+    Ok(Response::json(format!("{{\"deleted\":{n}}}").into_bytes()))
+}
+
+fn projection_of(
+    t: &'static Table,
+    select: Option<String>,
+) -> std::result::Result<Vec<Column>, Response> {
+    match select.as_deref().map(str::trim) {
+        None | Some("") | Some("*") => Ok(all_columns(t)),
+        Some(list) => list
+            .split(',')
+            .map(|name| {
+                let name = name.trim();
+                if name == "*" {
+                    return Ok(all_columns(t));
+                }
+                t.column(name).map(|c| vec![c]).ok_or_else(|| {
+                    err(Error::UnknownField {
+                        table: t.name,
+                        field: name.to_owned(),
+                    })
+                })
+            })
+            .collect::<std::result::Result<Vec<_>, _>>()
+            .map(|v| v.concat()),
+    }
+}
+
+fn sql_err(e: SqlError) -> Response {
+    match e {
+        SqlError::Write(m) => Response::error(403, &m),
+        SqlError::Bad(e) => err(e),
+    }
+}
+
+fn list(sh: &Shared, req: &Request, who: Principal, t: &'static Table) -> Outcome {
+    check(sh, who, t, |r| r.read)?;
+    let cols = projection_of(t, req.param("select"))?;
+    let tail = sql::split_tail(&req.param("where").unwrap_or_default()).map_err(sql_err)?;
+    let mut select = sql::resolve(t, &tail).map_err(err)?;
+    if let Some(sort) = req.param("sort") {
+        let desc = req
+            .param("dir")
+            .is_some_and(|d| d.eq_ignore_ascii_case("desc"));
+        select.order.clear();
+        for name in sort.split(',').map(str::trim).filter(|s| !s.is_empty()) {
+            let c = t.column(name).ok_or_else(|| {
+                err(Error::UnknownField {
+                    table: t.name,
+                    field: name.to_owned(),
+                })
+            })?;
+            select.order.push((c, desc));
+        }
+    }
+    let num = |name: &str| -> std::result::Result<Option<u64>, Response> {
+        req.param(name)
+            .map(|v| {
+                v.trim()
+                    .parse::<u64>()
+                    .map_err(|_| bad(&format!("{name} must be a non-negative integer")))
+            })
+            .transpose()
+    };
+    if let Some(start) = num("startIndex")? {
+        select.offset = start;
+    }
+    if let Some(n) = num("results")? {
+        select.limit = Some(n);
+    }
+    write_list(sh, req, t, &cols, &select)
+}
+
+fn compact(sh: &Shared, req: &Request) -> bool {
+    sh.compact || req.mormot || req.compact
+}
+
+fn write_list(
+    sh: &Shared,
+    req: &Request,
+    t: &'static Table,
+    cols: &[Column],
+    select: &Select,
+) -> Outcome {
+    let mut body = Vec::with_capacity(1024);
+    let mut w = ListWriter::begin(&mut body, t, cols, compact(sh, req), dialect(req));
+    engine(sh, t)?
+        .select(t, select, &mut |row| w.row(&mut body, row))
+        .map_err(err)?;
+    w.finish(&mut body);
+    Ok(Response::json(body))
+}
+
+fn sql_select(sh: &Shared, req: &Request, who: Principal) -> Outcome {
+    let text = std::str::from_utf8(&req.body).map_err(|_| bad("the SQL is not valid UTF-8"))?;
+    if text.trim().is_empty() {
+        return Err(bad("GET on the root takes a SELECT statement as its body"));
+    }
+    let s = sql::parse_select(sh.client.model(), text).map_err(sql_err)?;
+    check(sh, who, s.table, |r| r.read)?;
+    match &s.projection {
+        Projection::Count(label) => {
+            let n = engine(sh, s.table)?
+                .count(s.table, &s.select.filter)
+                .map_err(err)?;
+            let mut body = Vec::new();
+            if compact(sh, req) {
+                body.extend_from_slice(b"{\"fieldCount\":1,\"values\":[");
+                json::write_str(&mut body, label);
+                body.extend_from_slice(format!(",{n}],\"rowCount\":1}}\n").as_bytes());
+            } else {
+                body.extend_from_slice(b"[{");
+                json::write_str(&mut body, label);
+                body.extend_from_slice(format!(":{n}}}]\n").as_bytes());
+            }
+            Ok(Response::json(body))
+        }
+        Projection::Columns(cols) => write_list(sh, req, s.table, cols, &s.select),
+    }
+}
+
+fn run_batch(
+    sh: &Shared,
+    req: &Request,
+    who: Principal,
+    default: Option<&'static Table>,
+    in_tx: bool,
+) -> Outcome {
+    let parsed = batch::parse(sh.client.model(), default, &req.body).map_err(err)?;
+    // Every right is checked before anything is written.
+    for op in &parsed.ops {
+        let need: fn(&Rights) -> bool = match op {
+            batch::Op::Add(..) => |r| r.create,
+            batch::Op::Update(..) => |r| r.update,
+            batch::Op::Delete(..) => |r| r.delete,
+        };
+        check(sh, who, op.table(), need)?;
+    }
+    let flush = || {
+        for op in &parsed.ops {
+            match op {
+                batch::Op::Update(row, _) => sh.cache.flush_id(row.table, row.id),
+                batch::Op::Delete(t, id) => sh.cache.flush_id(t, *id),
+                batch::Op::Add(..) => {}
+            }
+        }
+    };
+    flush();
+    let route = |t: &'static Table| sh.client.route(t);
+    let r = batch::execute(&parsed, &route, in_tx);
+    flush();
+    match r {
+        Ok(results) => {
+            wrote(sh);
+            Ok(Response::json(batch::results_json(&results, req.exact)))
+        }
+        Err(Error::Batch { index, source }) => {
+            wrote(sh);
+            let mut resp = Response::from_error(&source);
+            resp.body.pop();
+            resp.body
+                .extend_from_slice(format!(",\"index\":{index}}}").as_bytes());
+            Err(resp)
+        }
+        Err(e) => Err(err(e)),
+    }
+}
+
+fn auth(sh: &Shared, req: &Request, who: Principal) -> Outcome {
+    let Some(auth) = &sh.auth else {
+        return Err(Response::error(404, "authentication is not enabled"));
+    };
+    if req.method == "POST" {
+        let obj = json_object(&req.body)?;
+        let s = |k: &str| {
+            obj.iter()
+                .find(|(n, _)| n.eq_ignore_ascii_case(k))
+                .and_then(|(_, v)| v.as_str())
+                .unwrap_or("")
+                .to_owned()
+        };
+        let token = auth
+            .bearer_login(&s("userName"), &s("password"))
+            .map_err(denied)?;
+        let mut body = b"{\"result\":".to_vec();
+        json::write_str(&mut body, &token);
+        body.push(b'}');
+        return Ok(Response::json(body));
+    }
+    if let Some(session) = req.param("session") {
+        let id: u32 = session.parse().map_err(|_| bad("bad session"))?;
+        auth.close_session(id, who);
+        return Ok(Response::empty(200));
+    }
+    let user = req
+        .param("username")
+        .ok_or_else(|| bad("username is missing"))?;
+    match (req.param("password"), req.param("clientnonce")) {
+        (Some(proof), Some(cnonce)) => {
+            let body = auth
+                .mormot_login(&sh.root, &user, &proof, &cnonce)
+                .map_err(denied)?;
+            Ok(Response::json(body.into_bytes()))
+        }
+        _ => {
+            let nonce = auth
+                .mormot_nonce()
+                .ok_or_else(|| Response::error(401, "mORMot sessions are disabled"))?;
+            Ok(Response::json(
+                format!("{{\"result\":\"{nonce}\"}}").into_bytes(),
+            ))
+        }
+    }
+}
+
+/// Begins a transaction on every engine, on the calling (transaction) thread.
+pub(crate) fn begin_all(sh: &Shared) -> Response {
+    let mut begun = 0usize;
+    let r = sh.client.engines(&mut |e| {
+        e.begin()?;
+        begun += 1;
+        Ok(())
+    });
+    if let Err(e) = r {
+        let mut left = begun;
+        let _ = sh.client.engines(&mut |e| {
+            if left > 0 {
+                left -= 1;
+                e.rollback()?;
+            }
+            Ok(())
+        });
+        return err(e);
+    }
+    Response::empty(200)
+}
+
+/// Commits every engine's transaction (rolling back the rest on a failure).
+pub(crate) fn commit_all(sh: &Shared) -> Response {
+    let mut first = None;
+    let _ = sh.client.engines(&mut |e| {
+        if first.is_none() {
+            if let Err(x) = e.commit() {
+                first = Some(x);
+            }
+        } else if e.in_transaction() {
+            let _ = e.rollback();
+        }
+        Ok(())
+    });
+    wrote(sh);
+    match first {
+        None => Response::empty(200),
+        Some(e) => {
+            sh.cache.flush();
+            err(e)
+        }
+    }
+}
+
+/// Rolls back every engine's transaction.
+pub(crate) fn rollback_all(sh: &Shared) -> Response {
+    let _ = sh.client.engines(&mut |e| {
+        if e.in_transaction() {
+            let _ = e.rollback();
+        }
+        Ok(())
+    });
+    sh.cache.flush();
+    Response::empty(200)
+}
