@@ -30,7 +30,8 @@ use crate::targets::{sqlite_engines, EngineSpec, Mode, ALL_MODES};
 #[derive(Parser, Debug)]
 #[command(name = "burrow-bench", version)]
 struct Args {
-    /// Engine configurations to run, comma-separated (default: all available).
+    /// Engine configurations to run, comma-separated, or `all` (default: the
+    /// embedded ones, which need no server: SQLite, memory, external SQLite).
     #[arg(long, value_delimiter = ',')]
     engines: Vec<String>,
     /// Modes to run, comma-separated (default: all): direct, batch, trans,
@@ -85,9 +86,17 @@ fn all_engines() -> Vec<EngineSpec> {
     all
 }
 
+/// Rows that talk to a server (a database or Burrow's own HTTP server on
+/// loopback): run on request, with `--engines` naming them or `all`.
+const NEEDS_SERVER: [&str; 3] = ["remote-http", "postgres", "mariadb"];
+
 fn pick_engines(names: &[String]) -> Result<Vec<EngineSpec>, String> {
     let mut all = all_engines();
     if names.is_empty() {
+        all.retain(|e| !NEEDS_SERVER.contains(&e.id));
+        return Ok(all);
+    }
+    if names.len() == 1 && names[0].trim() == "all" {
         return Ok(all);
     }
     let ids: Vec<&str> = all.iter().map(|e| e.id).collect();

@@ -58,7 +58,7 @@ pub trait Orm: Send + Sync {
 
     /// The `T` with this ID, or [`Error::NotFound`].
     fn retrieve<T: Record>(&self, id: i64) -> Result<T> {
-        self.get(id)?.ok_or(Error::NotFound {
+        self.get(id)?.ok_or_else(|| Error::NotFound {
             table: T::table().name,
             id,
         })
