@@ -272,9 +272,29 @@ fn run_batch<O: Orm + ?Sized>(orm: &O, batch: &Batch) -> Result<Vec<BatchResult>
     for item in &items {
         engines.push(orm.route(item.table)?);
     }
-    let opts = batch.options;
-    let user_tx = engines.iter().any(|e| e.in_transaction());
-    let use_tx = !user_tx && (opts.rollback_on_error || opts.auto_transaction_rows > 0);
+    let in_tx = engines.iter().any(|e| e.in_transaction());
+    apply_batch_items(&items, &engines, batch.options, false, in_tx)
+}
+
+/// Runs batch items on their engines (`engines[i]` holds `items[i]`'s table)
+/// with the commit rules of [`crate::BatchOptions`]: the ORM's [`Orm::send`]
+/// and servers that receive batches share it.
+///
+/// Without an open transaction (`in_tx` false), chunks of
+/// `auto_transaction_rows` items (the whole batch with `rollback_on_error`)
+/// each run in a transaction on every engine they involve. `stop_on_error`
+/// stops at the first failed item and keeps what ran before it; with
+/// `rollback_on_error` the batch is undone instead. A failure of an engine
+/// itself rolls back the chunk in progress.
+pub fn apply_batch_items(
+    items: &[crate::storage::BatchItem<'_>],
+    engines: &[&dyn Storage],
+    opts: crate::batch::BatchOptions,
+    stop_on_error: bool,
+    in_tx: bool,
+) -> Result<Vec<BatchResult>> {
+    let stop = opts.rollback_on_error || stop_on_error;
+    let use_tx = !in_tx && (opts.rollback_on_error || opts.auto_transaction_rows > 0);
     let chunk = if opts.rollback_on_error || opts.auto_transaction_rows == 0 {
         items.len().max(1)
     } else {
@@ -302,6 +322,7 @@ fn run_batch<O: Orm + ?Sized>(orm: &O, batch: &Batch) -> Result<Vec<BatchResult>
         }
         let mut run = start;
         let mut outcome = Ok(());
+        let mut item_failed = false;
         while run < end {
             let e = engines[run];
             let mut run_end = run + 1;
@@ -309,12 +330,15 @@ fn run_batch<O: Orm + ?Sized>(orm: &O, batch: &Batch) -> Result<Vec<BatchResult>
                 run_end += 1;
             }
             outcome = e
-                .apply_batch(&items[run..run_end], &mut results, opts.rollback_on_error)
+                .apply_batch(&items[run..run_end], &mut results, stop)
                 .map_err(|err| match err {
-                    Error::Batch { index, source } => Error::Batch {
-                        index: index + run,
-                        source,
-                    },
+                    Error::Batch { index, source } => {
+                        item_failed = true;
+                        Error::Batch {
+                            index: index + run,
+                            source,
+                        }
+                    }
                     other => other,
                 });
             if outcome.is_err() {
@@ -323,16 +347,15 @@ fn run_batch<O: Orm + ?Sized>(orm: &O, batch: &Batch) -> Result<Vec<BatchResult>
             run = run_end;
         }
         if use_tx {
-            match outcome {
-                Ok(()) => {
-                    for e in &involved {
-                        e.commit()?;
-                    }
+            // Keep what ran only when an item stopped a stop-on-error batch.
+            let keep = outcome.is_ok() || (item_failed && !opts.rollback_on_error);
+            if keep {
+                for e in &involved {
+                    e.commit()?;
                 }
-                Err(_) => {
-                    for e in &involved {
-                        let _ = e.rollback();
-                    }
+            } else {
+                for e in &involved {
+                    let _ = e.rollback();
                 }
             }
         }

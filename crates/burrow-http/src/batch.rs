@@ -3,8 +3,8 @@
 
 use burrow_core::chrono::Utc;
 use burrow_core::{
-    json, AutoTime, BatchItem, BatchOp, BatchResult, Error, Model, OwnedRow, Result, Storage,
-    Table, Value,
+    apply_batch_items, json, AutoTime, BatchItem, BatchOp, BatchOptions, BatchResult, Error, Model,
+    OwnedRow, Result, Storage, Table, Value,
 };
 use serde_json::Value as J;
 
@@ -523,10 +523,6 @@ impl<'de> Visitor<'de> for FieldSeed {
     }
 }
 
-fn same_engine(a: &dyn Storage, b: &dyn Storage) -> bool {
-    std::ptr::addr_eq(a as *const dyn Storage, b as *const dyn Storage)
-}
-
 /// Runs the writes. `route` gives each table's engine. Without an open
 /// transaction, chunks of `auto_rows` (or the whole batch, with
 /// `rollback_on_error`) each run in a transaction on every engine involved.
@@ -554,74 +550,11 @@ pub(crate) fn execute<'a>(
         .iter()
         .map(|i| route(i.table))
         .collect::<Result<Vec<_>>>()?;
-    let stop = p.rollback_on_error || p.stop_on_error;
-    let use_tx = !in_tx && (p.rollback_on_error || p.auto_rows > 0);
-    let chunk = if p.rollback_on_error || p.auto_rows == 0 {
-        items.len().max(1)
-    } else {
-        p.auto_rows
+    let opts = BatchOptions {
+        auto_transaction_rows: p.auto_rows,
+        rollback_on_error: p.rollback_on_error,
     };
-    let mut results = Vec::with_capacity(items.len());
-    let mut start = 0;
-    while start < items.len() {
-        let end = (start + chunk).min(items.len());
-        let mut involved: Vec<&dyn Storage> = Vec::new();
-        for &e in &engines[start..end] {
-            if !involved.iter().any(|&x| same_engine(x, e)) {
-                involved.push(e);
-            }
-        }
-        if use_tx {
-            for (i, e) in involved.iter().enumerate() {
-                if let Err(err) = e.begin() {
-                    for x in &involved[..i] {
-                        let _ = x.rollback();
-                    }
-                    return Err(err);
-                }
-            }
-        }
-        let mut run = start;
-        let mut outcome = Ok(());
-        while run < end {
-            let e = engines[run];
-            let mut run_end = run + 1;
-            while run_end < end && same_engine(engines[run_end], e) {
-                run_end += 1;
-            }
-            outcome = e
-                .apply_batch(&items[run..run_end], &mut results, stop)
-                .map_err(|err| match err {
-                    Error::Batch { index, source } => Error::Batch {
-                        index: index + run,
-                        source,
-                    },
-                    other => other,
-                });
-            if outcome.is_err() {
-                break;
-            }
-            run = run_end;
-        }
-        if use_tx {
-            match (&outcome, p.rollback_on_error) {
-                (Err(_), true) => {
-                    for e in &involved {
-                        let _ = e.rollback();
-                    }
-                }
-                _ => {
-                    // stopOnError alone keeps what ran before the failure.
-                    for e in &involved {
-                        e.commit()?;
-                    }
-                }
-            }
-        }
-        outcome?;
-        start = end;
-    }
-    Ok(results)
+    apply_batch_items(&items, &engines, opts, p.stop_on_error, in_tx)
 }
 
 /// The JSON array of per-item results: the new ID of an add, 200 for an
