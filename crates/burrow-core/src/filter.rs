@@ -146,17 +146,44 @@ impl Filter {
         })
     }
 
-    /// Appends the SQL form of the expression to `out`, with `?` for every
-    /// parameter (in [`Filter::params`] order) and `column` writing a quoted column
-    /// name. Appends nothing when the filter matches every row.
-    pub fn write_sql(&self, out: &mut String, column: &mut dyn FnMut(Column, &mut String)) {
+    /// Appends the SQL form of the expression to `out`, one placeholder per
+    /// parameter (in [`Filter::params`] order), spelled as `style` says. Appends
+    /// nothing when the filter matches every row. A closure
+    /// `|c: Column, out: &mut String|` writing a quoted column name is a style
+    /// with `?` placeholders and SQLite's `LIKE`.
+    pub fn write_sql(&self, out: &mut String, style: &mut dyn SqlStyle) {
         if let Some(e) = &self.expr {
-            write_expr(e, out, column);
+            write_expr(e, out, style);
         }
     }
 }
 
-fn write_expr(e: &Expr, out: &mut String, col: &mut dyn FnMut(Column, &mut String)) {
+/// What differs between SQL dialects when a [`Filter`] is written out.
+pub trait SqlStyle {
+    /// Appends a column's quoted name.
+    fn column(&mut self, c: Column, out: &mut String);
+
+    /// Appends the next placeholder.
+    fn placeholder(&mut self, out: &mut String) {
+        out.push('?');
+    }
+
+    /// Appends `column [NOT] LIKE placeholder`, ignoring ASCII case as SQLite
+    /// does; dialects whose `LIKE` is case-sensitive override it.
+    fn like(&mut self, c: Column, negated: bool, out: &mut String) {
+        self.column(c, out);
+        out.push_str(if negated { " NOT LIKE " } else { " LIKE " });
+        self.placeholder(out);
+    }
+}
+
+impl<F: FnMut(Column, &mut String)> SqlStyle for F {
+    fn column(&mut self, c: Column, out: &mut String) {
+        self(c, out)
+    }
+}
+
+fn write_expr(e: &Expr, out: &mut String, st: &mut dyn SqlStyle) {
     let not = |n: bool| if n { "NOT " } else { "" };
     match e {
         Expr::And(v) | Expr::Or(v) => {
@@ -170,46 +197,48 @@ fn write_expr(e: &Expr, out: &mut String, col: &mut dyn FnMut(Column, &mut Strin
                 if i > 0 {
                     out.push_str(sep);
                 }
-                write_expr(x, out, col);
+                write_expr(x, out, st);
             }
             out.push(')');
         }
         Expr::Not(x) => {
-            out.push_str("NOT ");
-            write_expr(x, out, col);
+            out.push_str("NOT (");
+            write_expr(x, out, st);
+            out.push(')');
         }
         Expr::Cmp(c, op, _) => {
-            col(*c, out);
+            st.column(*c, out);
             out.push_str(op.sql());
-            out.push('?');
+            st.placeholder(out);
         }
         Expr::In(c, list, neg) => {
-            col(*c, out);
+            st.column(*c, out);
             out.push(' ');
             out.push_str(not(*neg));
             out.push_str("IN (");
             for i in 0..list.len() {
-                out.push_str(if i == 0 { "?" } else { ",?" });
+                if i > 0 {
+                    out.push(',');
+                }
+                st.placeholder(out);
             }
             out.push(')');
         }
         Expr::IsNull(c, neg) => {
-            col(*c, out);
+            st.column(*c, out);
             out.push_str(" IS ");
             out.push_str(not(*neg));
             out.push_str("NULL");
         }
-        Expr::Like(c, _, neg) => {
-            col(*c, out);
-            out.push(' ');
-            out.push_str(not(*neg));
-            out.push_str("LIKE ?");
-        }
+        Expr::Like(c, _, neg) => st.like(*c, *neg, out),
         Expr::Between(c, _, _, neg) => {
-            col(*c, out);
+            st.column(*c, out);
             out.push(' ');
             out.push_str(not(*neg));
-            out.push_str("BETWEEN ? AND ?");
+            out.push_str("BETWEEN ");
+            st.placeholder(out);
+            out.push_str(" AND ");
+            st.placeholder(out);
         }
     }
 }
@@ -653,7 +682,7 @@ mod test {
 
     fn sql(filter: &Filter) -> String {
         let mut out = String::new();
-        filter.write_sql(&mut out, &mut |c, o| {
+        filter.write_sql(&mut out, &mut |c: Column, o: &mut String| {
             o.push('"');
             o.push_str(T.column_name(c));
             o.push('"');
@@ -700,7 +729,7 @@ mod test {
         )?;
         assert_eq!(
             sql(&f),
-            r#"(NOT "Born" BETWEEN ? AND ? AND "Name" NOT LIKE ? AND "Age" IS NOT NULL AND "Age" NOT IN (?))"#
+            r#"(NOT ("Born" BETWEEN ? AND ?) AND "Name" NOT LIKE ? AND "Age" IS NOT NULL AND "Age" NOT IN (?))"#
         );
         assert!(matches!(f.params[0], Value::Date(_)));
         Ok(())

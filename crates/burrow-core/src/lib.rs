@@ -28,7 +28,7 @@ pub use chrono;
 pub use client::{Client, ClientBuilder, Model};
 pub use currency::{Currency, ParseCurrencyError, CURRENCY_SCALE};
 pub use error::{Error, ErrorKind, Result};
-pub use filter::{CmpOp, Expr, Filter};
+pub use filter::{CmpOp, Expr, Filter, SqlStyle};
 pub use json::{JsonDialect, OwnedRow};
 pub use orm::{apply_batch_items, Orm, Transaction};
 pub use query::{Query, Select};

@@ -546,7 +546,9 @@ fn inline_param(v: &Value, out: &mut String) -> Result<()> {
 /// The WHERE text of a filter with its parameters inline.
 fn render_filter(table: &Table, filter: &Filter) -> Result<String> {
     let mut sql = String::new();
-    filter.write_sql(&mut sql, &mut |c, o| o.push_str(table.column_name(c)));
+    filter.write_sql(&mut sql, &mut |c: Column, o: &mut String| {
+        o.push_str(table.column_name(c))
+    });
     let mut out = String::with_capacity(sql.len() + 16 * filter.params.len());
     let mut params = filter.params.iter();
     for (i, part) in sql.split('?').enumerate() {

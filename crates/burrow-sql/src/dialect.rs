@@ -1,7 +1,7 @@
 //! SQL per database: quoting, placeholders, column types, LIMIT forms, and the
 //! WHERE clauses of Burrow's checked filters rendered for each.
 
-use burrow_core::{Column, Expr, FieldKind, Filter};
+use burrow_core::{Column, Expr, FieldKind, Filter, SqlStyle};
 
 /// The SQL dialect of a connection.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -219,14 +219,7 @@ impl SqlText {
 
     /// Appends the next placeholder: `$n` or `?`.
     pub fn param(&mut self) {
-        self.params += 1;
-        match self.dialect {
-            Dialect::Postgres => {
-                self.text.push('$');
-                self.text.push_str(itoa_usize(self.params).as_str());
-            }
-            _ => self.text.push('?'),
-        }
+        placeholder(self.dialect, &mut self.params, &mut self.text);
     }
 
     /// Appends text.
@@ -235,102 +228,81 @@ impl SqlText {
     }
 }
 
-fn itoa_usize(n: usize) -> String {
-    n.to_string()
-}
-
-/// Appends ` WHERE …` for a non-empty filter; `col` writes a quoted column,
-/// `nullable` says whether a column may hold NULL.
-pub fn write_where(sql: &mut SqlText, filter: &Filter, col: &dyn Fn(Column, &mut String)) {
-    if let Some(e) = &filter.expr {
-        sql.push(" WHERE ");
-        write_expr(sql, e, col);
+/// Appends the next placeholder, counting it: `$n` or `?`.
+fn placeholder(dialect: Dialect, params: &mut usize, out: &mut String) {
+    *params += 1;
+    match dialect {
+        Dialect::Postgres => {
+            use std::fmt::Write;
+            let _ = write!(out, "${params}");
+        }
+        _ => out.push('?'),
     }
 }
 
-fn write_expr(sql: &mut SqlText, e: &Expr, col: &dyn Fn(Column, &mut String)) {
-    let not = |n: bool| if n { "NOT " } else { "" };
-    match e {
-        Expr::And(v) | Expr::Or(v) => {
-            let sep = if matches!(e, Expr::And(_)) {
-                " AND "
-            } else {
-                " OR "
-            };
-            sql.push("(");
-            for (i, x) in v.iter().enumerate() {
-                if i > 0 {
-                    sql.push(sep);
-                }
-                write_expr(sql, x, col);
+/// Appends ` WHERE …` for a non-empty filter; `col` writes a quoted column.
+pub fn write_where(sql: &mut SqlText, filter: &Filter, col: &dyn Fn(Column, &mut String)) {
+    if filter.expr.is_none() {
+        return;
+    }
+    sql.push(" WHERE ");
+    let SqlText {
+        text,
+        dialect,
+        params,
+    } = sql;
+    filter.write_sql(
+        text,
+        &mut Style {
+            dialect: *dialect,
+            params,
+            col,
+        },
+    );
+}
+
+/// The dialect's spelling of placeholders and of SQLite's case-blind `LIKE`.
+struct Style<'a> {
+    dialect: Dialect,
+    params: &'a mut usize,
+    col: &'a dyn Fn(Column, &mut String),
+}
+
+impl SqlStyle for Style<'_> {
+    fn column(&mut self, c: Column, out: &mut String) {
+        (self.col)(c, out)
+    }
+
+    fn placeholder(&mut self, out: &mut String) {
+        placeholder(self.dialect, self.params, out);
+    }
+
+    fn like(&mut self, c: Column, negated: bool, out: &mut String) {
+        let not = if negated { "NOT " } else { "" };
+        match self.dialect {
+            Dialect::Postgres => {
+                self.column(c, out);
+                out.push(' ');
+                out.push_str(not);
+                out.push_str("ILIKE ");
+                self.placeholder(out);
             }
-            sql.push(")");
-        }
-        Expr::Not(x) => {
-            sql.push("NOT (");
-            write_expr(sql, x, col);
-            sql.push(")");
-        }
-        Expr::Cmp(c, op, _) => {
-            col(*c, &mut sql.text);
-            sql.push(op.sql());
-            sql.param();
-        }
-        Expr::In(c, list, neg) => {
-            col(*c, &mut sql.text);
-            sql.push(" ");
-            sql.push(not(*neg));
-            sql.push("IN (");
-            for i in 0..list.len() {
-                if i > 0 {
-                    sql.push(",");
-                }
-                sql.param();
+            Dialect::MySql => {
+                out.push_str("LOWER(");
+                self.column(c, out);
+                out.push_str(") ");
+                out.push_str(not);
+                out.push_str("LIKE LOWER(");
+                self.placeholder(out);
+                out.push(')');
             }
-            sql.push(")");
-        }
-        Expr::IsNull(c, neg) => {
-            col(*c, &mut sql.text);
-            sql.push(" IS ");
-            sql.push(not(*neg));
-            sql.push("NULL");
-        }
-        Expr::Like(c, _, neg) => {
-            // SQLite's LIKE ignores (ASCII) case: do the same on the servers.
-            match sql.dialect {
-                Dialect::Postgres => {
-                    col(*c, &mut sql.text);
-                    sql.push(" ");
-                    sql.push(not(*neg));
-                    sql.push("ILIKE ");
-                    sql.param();
-                }
-                Dialect::MySql => {
-                    sql.push("LOWER(");
-                    col(*c, &mut sql.text);
-                    sql.push(") ");
-                    sql.push(not(*neg));
-                    sql.push("LIKE LOWER(");
-                    sql.param();
-                    sql.push(")");
-                }
-                Dialect::Sqlite => {
-                    col(*c, &mut sql.text);
-                    sql.push(" ");
-                    sql.push(not(*neg));
-                    sql.push("LIKE ");
-                    sql.param();
-                }
+            Dialect::Sqlite => {
+                self.column(c, out);
+                out.push(' ');
+                out.push_str(not);
+                out.push_str("LIKE ");
+                self.placeholder(out);
             }
-        }
-        Expr::Between(c, _, _, neg) => {
-            col(*c, &mut sql.text);
-            sql.push(" ");
-            sql.push(not(*neg));
-            sql.push("BETWEEN ");
-            sql.param();
-            sql.push(" AND ");
-            sql.param();
         }
     }
 }

@@ -179,7 +179,9 @@ impl TableSql {
 pub fn write_where(table: &Table, filter: &burrow_core::Filter, s: &mut String) {
     if filter.expr.is_some() {
         s.push_str(" WHERE ");
-        filter.write_sql(s, &mut |c, out| write_column(table, c, out));
+        filter.write_sql(s, &mut |c: Column, out: &mut String| {
+            write_column(table, c, out)
+        });
     }
 }
 
