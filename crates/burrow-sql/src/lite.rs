@@ -9,8 +9,9 @@ use std::time::Duration;
 
 use burrow_core::datetime::{write_date, write_datetime, DATETIME_BUF};
 use burrow_core::{Error, Result, ValueRef};
+use burrow_sqlite::{KeptConnection, KeptStatement};
 use rusqlite::types::{ToSqlOutput, ValueRef as SqlValue};
-use rusqlite::{Connection, Statement};
+use rusqlite::Connection;
 
 use crate::conn::{Conn, DbError, DbErrorKind, QueryError, RawRow, RowFn};
 use crate::options::{is_sqlite_memory, sqlite_path, url_query};
@@ -62,18 +63,20 @@ impl LiteSetup {
             None => Connection::open_in_memory(),
         }
         .map_err(classify)?;
-        conn.set_prepared_statement_cache_capacity(256);
+        burrow_sqlite::widen_lookaside(&conn).map_err(classify)?;
         conn.busy_timeout(self.busy).map_err(classify)?;
         if !self.pragmas.is_empty() {
             conn.execute_batch(&self.pragmas).map_err(classify)?;
         }
-        Ok(LiteConn { conn })
+        Ok(LiteConn {
+            kept: KeptConnection::new(conn),
+        })
     }
 }
 
 /// One SQLite connection.
 pub struct LiteConn {
-    conn: Connection,
+    kept: KeptConnection,
 }
 
 fn classify(e: rusqlite::Error) -> DbError {
@@ -100,7 +103,7 @@ fn classify(e: rusqlite::Error) -> DbError {
     DbError::new(kind, e.to_string())
 }
 
-fn bind(stmt: &mut Statement<'_>, params: &[ValueRef<'_>]) -> rusqlite::Result<()> {
+fn bind(stmt: &mut KeptStatement<'_>, params: &[ValueRef<'_>]) -> rusqlite::Result<()> {
     for (i, v) in params.iter().enumerate() {
         let mut buf = [0u8; DATETIME_BUF];
         let out = match v {
@@ -132,7 +135,7 @@ impl Conn for LiteConn {
         params: &[ValueRef<'_>],
         _guard: bool,
     ) -> Result<u64, DbError> {
-        let mut stmt = self.conn.prepare_cached(sql).map_err(classify)?;
+        let mut stmt = self.kept.statement(sql).map_err(classify)?;
         bind(&mut stmt, params).map_err(classify)?;
         stmt.raw_execute().map(|n| n as u64).map_err(classify)
     }
@@ -144,7 +147,7 @@ impl Conn for LiteConn {
         _guard: bool,
         out: &mut RowFn<'_>,
     ) -> Result<(), QueryError> {
-        let mut stmt = self.conn.prepare_cached(sql).map_err(classify)?;
+        let mut stmt = self.kept.statement(sql).map_err(classify)?;
         bind(&mut stmt, params).map_err(classify)?;
         let mut rows = stmt.raw_query();
         while let Some(row) = rows.next().map_err(classify)? {
@@ -154,11 +157,11 @@ impl Conn for LiteConn {
     }
 
     fn simple(&mut self, sql: &str) -> Result<(), DbError> {
-        self.conn.execute_batch(sql).map_err(classify)
+        self.kept.connection().execute_batch(sql).map_err(classify)
     }
 
     fn last_insert_id(&mut self) -> i64 {
-        self.conn.last_insert_rowid()
+        self.kept.connection().last_insert_rowid()
     }
 
     fn broken(&self) -> bool {

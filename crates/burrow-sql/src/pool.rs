@@ -32,6 +32,10 @@ struct State {
     /// Connections alive: idle, in use, or pinned.
     open: usize,
     pinned: Vec<Pinned>,
+    /// Threads waiting for a connection. Waking nobody is skipped: a
+    /// `notify_one` is a system call even when no thread waits, and it would
+    /// be paid on every call.
+    waiting: usize,
 }
 
 /// A fixed-size pool of connections.
@@ -64,6 +68,7 @@ impl Pool {
                 idle: Vec::new(),
                 open: 0,
                 pinned: Vec::new(),
+                waiting: 0,
             }),
             freed: Condvar::new(),
             connect,
@@ -82,7 +87,7 @@ impl Pool {
     /// else an idle one, a new one, or the first freed within the timeout.
     pub fn acquire(&self) -> Result<Lease<'_>> {
         let me = current_thread();
-        let deadline = Instant::now() + self.acquire_timeout;
+        let mut deadline = None;
         let mut g = self.lock();
         if let Some(p) = g.pinned.iter_mut().find(|p| p.thread == me) {
             let conn = p.conn.take().ok_or(Error::Transaction(
@@ -116,12 +121,13 @@ impl Pool {
                     Ok(conn) => Ok(self.lease(conn)),
                     Err(e) => {
                         self.lock().open -= 1;
-                        self.freed.notify_one();
+                        self.wake();
                         Err(e.into_error(self.engine, None))
                     }
                 };
             }
             let now = Instant::now();
+            let deadline = *deadline.get_or_insert(now + self.acquire_timeout);
             if now >= deadline {
                 return Err(DbError::new(
                     DbErrorKind::Timeout,
@@ -133,11 +139,13 @@ impl Pool {
                 )
                 .into_error(self.engine, None));
             }
+            g.waiting += 1;
             g = self
                 .freed
                 .wait_timeout(g, deadline - now)
                 .unwrap_or_else(PoisonError::into_inner)
                 .0;
+            g.waiting -= 1;
         }
     }
 
@@ -188,6 +196,7 @@ impl Pool {
                 return;
             }
         }
+        let wake = g.waiting > 0;
         if conn.broken() {
             g.open -= 1;
             drop(g);
@@ -196,12 +205,20 @@ impl Pool {
             g.idle.push((conn, Instant::now()));
             drop(g);
         }
-        self.freed.notify_one();
+        if wake {
+            self.freed.notify_one();
+        }
     }
 
     fn forget(&self) {
         self.lock().open -= 1;
-        self.freed.notify_one();
+        self.wake();
+    }
+
+    fn wake(&self) {
+        if self.lock().waiting > 0 {
+            self.freed.notify_one();
+        }
     }
 }
 

@@ -74,8 +74,11 @@ pub struct TableSql {
     pub select: String,
     /// … `WHERE ID=?`
     pub select_by_id: String,
-    /// `INSERT INTO t (ID, cols) VALUES (?, …)`, ID bound NULL for a new one.
+    /// `INSERT INTO t (ID, cols) VALUES (?, …)`, for a given ID.
     pub insert: String,
+    /// `INSERT INTO t (cols) VALUES (…)`, for an ID SQLite assigns: binding no
+    /// ID at all costs SQLite less than binding it NULL.
+    pub insert_new: String,
     /// `INSERT INTO t (cols) VALUES (…),(…)…` for `bulk_rows` rows.
     pub bulk_insert: String,
     pub bulk_rows: usize,
@@ -116,6 +119,7 @@ impl TableSql {
             select_by_id: format!("{select} WHERE ID=?"),
             select,
             insert,
+            insert_new: bulk_insert_sql(table, 1),
             bulk_insert,
             bulk_rows,
             update_all,

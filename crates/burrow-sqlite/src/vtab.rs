@@ -20,7 +20,9 @@ use std::ffi::{c_int, CStr, CString};
 use std::sync::{Arc, Mutex, PoisonError};
 
 use burrow_core::datetime::{write_date, write_datetime, DATETIME_BUF};
-use burrow_core::{CmpOp, Column, Expr, FieldKind, Filter, Select, Storage, Table, Value};
+use burrow_core::{
+    CmpOp, Column, Expr, FieldKind, Filter, Select, Storage, Table, Value, ValueRef,
+};
 use rusqlite::ffi;
 use rusqlite::types::{ToSqlOutput, Value as SqlOwned, ValueRef as SqlValue};
 use rusqlite::vtab::{
@@ -161,6 +163,7 @@ unsafe impl<'vtab> VTab<'vtab> for VirtualTable {
             base: ffi::sqlite3_vtab_cursor::default(),
             vtab: self,
             cells: Vec::new(),
+            bytes: Vec::new(),
             row: 0,
         })
     }
@@ -170,15 +173,53 @@ impl CreateVTab<'_> for VirtualTable {
     const KIND: VTabKind = VTabKind::Default;
 }
 
-/// A scan of a virtual table: the rows the engine returned, in one flat buffer
-/// of `1 + fields` cells per row.
+/// One value of a scanned row, as SQLite stores it; text and blobs are ranges
+/// of the cursor's byte buffer.
+#[derive(Clone, Copy)]
+enum Cell {
+    Null,
+    Int(i64),
+    Real(f64),
+    Text(usize, usize),
+    Blob(usize, usize),
+}
+
+/// A scan of a virtual table: the rows the engine returned, `1 + fields` cells
+/// per row, already in SQLite's form. Text and blobs share one byte buffer and
+/// dates are written as text once, so a scan allocates nothing per row.
 #[repr(C)]
 pub struct VirtualCursor<'vtab> {
     /// SQLite's part of the structure; must come first.
     base: ffi::sqlite3_vtab_cursor,
     vtab: &'vtab VirtualTable,
-    cells: Vec<Value>,
+    cells: Vec<Cell>,
+    bytes: Vec<u8>,
     row: usize,
+}
+
+/// Appends `v` in SQLite's form.
+fn push_cell(cells: &mut Vec<Cell>, bytes: &mut Vec<u8>, v: ValueRef<'_>) {
+    let mut buf = [0u8; DATETIME_BUF];
+    let text = |bytes: &mut Vec<u8>, t: &[u8]| {
+        let at = bytes.len();
+        bytes.extend_from_slice(t);
+        Cell::Text(at, bytes.len())
+    };
+    cells.push(match v {
+        ValueRef::Null => Cell::Null,
+        ValueRef::Int(i) => Cell::Int(i),
+        ValueRef::Real(f) => Cell::Real(f),
+        ValueRef::Bool(b) => Cell::Int(i64::from(b)),
+        ValueRef::Currency(c) => Cell::Int(c.scaled()),
+        ValueRef::Date(d) => text(bytes, write_date(d, &mut buf).as_bytes()),
+        ValueRef::DateTime(t) => text(bytes, write_datetime(t, &mut buf).as_bytes()),
+        ValueRef::Text(t) => text(bytes, t.as_bytes()),
+        ValueRef::Blob(b) => {
+            let at = bytes.len();
+            bytes.extend_from_slice(b);
+            Cell::Blob(at, bytes.len())
+        }
+    });
 }
 
 impl VirtualCursor<'_> {
@@ -191,10 +232,10 @@ impl VirtualCursor<'_> {
 /// be one (then the cursor scans, and SQLite's own check decides).
 fn key(kind: FieldKind, v: SqlOwned) -> Option<Value> {
     let v = match v {
-        SqlOwned::Integer(i) => burrow_core::ValueRef::Int(i),
-        SqlOwned::Real(f) => burrow_core::ValueRef::Real(f),
-        SqlOwned::Text(ref t) => burrow_core::ValueRef::Text(t.as_str().into()),
-        SqlOwned::Blob(ref b) => burrow_core::ValueRef::Blob(b),
+        SqlOwned::Integer(i) => ValueRef::Int(i),
+        SqlOwned::Real(f) => ValueRef::Real(f),
+        SqlOwned::Text(ref t) => ValueRef::Text(t.as_str().into()),
+        SqlOwned::Blob(ref b) => ValueRef::Blob(b),
         SqlOwned::Null => return None,
     };
     let typed = crate::typed(kind, v);
@@ -244,6 +285,7 @@ unsafe impl VTabCursor for VirtualCursor<'_> {
                 // NULL equals nothing.
                 None if args.get::<SqlOwned>(0)? == SqlOwned::Null => {
                     self.cells.clear();
+                    self.bytes.clear();
                     self.row = 0;
                     return Ok(());
                 }
@@ -251,15 +293,16 @@ unsafe impl VTabCursor for VirtualCursor<'_> {
             }
         }
         let n = table.fields.len();
-        let cells = &mut self.cells;
+        let (cells, bytes) = (&mut self.cells, &mut self.bytes);
         cells.clear();
+        bytes.clear();
         self.row = 0;
         self.vtab
             .engine
             .select(table, &select, &mut |row| {
-                cells.push(Value::Int(row.id()?));
+                cells.push(Cell::Int(row.id()?));
                 for i in 0..n {
-                    cells.push(row.get(i)?.to_owned());
+                    push_cell(cells, bytes, row.get(i)?);
                 }
                 Ok(())
             })
@@ -276,25 +319,19 @@ unsafe impl VTabCursor for VirtualCursor<'_> {
     }
 
     fn column(&self, ctx: &mut Context, i: c_int) -> rusqlite::Result<()> {
-        let v = &self.cells[self.row * self.stride() + i as usize];
-        let mut buf = [0u8; DATETIME_BUF];
-        let out = match v {
-            Value::Null => SqlValue::Null,
-            Value::Int(i) => SqlValue::Integer(*i),
-            Value::Real(f) => SqlValue::Real(*f),
-            Value::Bool(b) => SqlValue::Integer(i64::from(*b)),
-            Value::Currency(c) => SqlValue::Integer(c.scaled()),
-            Value::Date(d) => SqlValue::Text(write_date(*d, &mut buf).as_bytes()),
-            Value::DateTime(t) => SqlValue::Text(write_datetime(*t, &mut buf).as_bytes()),
-            Value::Text(t) => SqlValue::Text(t.as_bytes()),
-            Value::Blob(b) => SqlValue::Blob(b),
+        let out = match self.cells[self.row * self.stride() + i as usize] {
+            Cell::Null => SqlValue::Null,
+            Cell::Int(i) => SqlValue::Integer(i),
+            Cell::Real(f) => SqlValue::Real(f),
+            Cell::Text(a, b) => SqlValue::Text(&self.bytes[a..b]),
+            Cell::Blob(a, b) => SqlValue::Blob(&self.bytes[a..b]),
         };
         ctx.set_result(ToSqlOutput::Borrowed(out))
     }
 
     fn rowid(&self) -> rusqlite::Result<i64> {
         match self.cells.get(self.row * self.stride()) {
-            Some(Value::Int(id)) => Ok(*id),
+            Some(Cell::Int(id)) => Ok(*id),
             _ => Err(rusqlite::Error::ModuleError("no current row".into())),
         }
     }
