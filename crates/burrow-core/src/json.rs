@@ -27,7 +27,7 @@ use std::fmt::Write as _;
 
 use chrono::{DateTime, Datelike, NaiveDate, NaiveTime, TimeZone, Timelike, Utc};
 
-use crate::currency::Currency;
+use crate::currency::{Currency, CURRENCY_SCALE};
 use crate::datetime::{parse_date, parse_datetime, write_date, write_datetime, DATETIME_BUF};
 use crate::error::{Error, Result};
 use crate::record::{Fields, Row};
@@ -83,10 +83,22 @@ pub fn from_timelog(v: i64) -> Option<DateTime<Utc>> {
 
 /// Appends `s` as a JSON string.
 pub fn write_str(out: &mut Vec<u8>, s: &str) {
-    out.push(b'"');
     let b = s.as_bytes();
+    out.reserve(b.len() + 2);
+    out.push(b'"');
     let mut from = 0;
-    for (i, &c) in b.iter().enumerate() {
+    let mut i = 0;
+    while i < b.len() {
+        // Eight bytes at a time, up to the first one that may need an escape.
+        if let Some(chunk) = b.get(i..i + 8) {
+            let found = needs_escape(u64::from_le_bytes(chunk.try_into().expect("eight bytes")));
+            if found == 0 {
+                i += 8;
+                continue;
+            }
+            i += found.trailing_zeros() as usize / 8;
+        }
+        let c = b[i];
         let esc: &[u8] = match c {
             b'"' => b"\\\"",
             b'\\' => b"\\\\",
@@ -94,7 +106,10 @@ pub fn write_str(out: &mut Vec<u8>, s: &str) {
             b'\r' => b"\\r",
             b'\t' => b"\\t",
             0..=0x1f => b"",
-            _ => continue,
+            _ => {
+                i += 1;
+                continue;
+            }
         };
         out.extend_from_slice(&b[from..i]);
         if esc.is_empty() {
@@ -102,10 +117,23 @@ pub fn write_str(out: &mut Vec<u8>, s: &str) {
         } else {
             out.extend_from_slice(esc);
         }
-        from = i + 1;
+        i += 1;
+        from = i;
     }
     out.extend_from_slice(&b[from..]);
     out.push(b'"');
+}
+
+/// Marks the bytes of `w` (read little-endian) that are `"`, `\` or a
+/// control character: the lowest mark is exact, so its position is the first
+/// such byte; no mark means none. Scanning eight bytes at a time this way is
+/// what makes writing and reading long strings cheap.
+pub fn needs_escape(w: u64) -> u64 {
+    const ONES: u64 = 0x0101_0101_0101_0101;
+    const HIGH: u64 = 0x8080_8080_8080_8080;
+    let zero_byte = |x: u64| x.wrapping_sub(ONES) & !x & HIGH;
+    let control = w.wrapping_sub(ONES * 0x20) & !w & HIGH;
+    control | zero_byte(w ^ (ONES * u64::from(b'"'))) | zero_byte(w ^ (ONES * u64::from(b'\\')))
 }
 
 /// `fmt::Write` over a byte buffer.
@@ -127,6 +155,121 @@ fn write_f64(out: &mut Vec<u8>, v: f64) {
         let _ = write!(Hex4(out), "{v}");
     } else {
         out.extend_from_slice(b"null");
+    }
+}
+
+/// Prints at most four decimals with trailing zeros dropped, as
+/// [`Currency`]'s `Display` does, without the formatting machinery.
+fn write_currency(out: &mut Vec<u8>, c: Currency) {
+    let v = c.scaled();
+    if v < 0 {
+        out.push(b'-');
+    }
+    let abs = v.unsigned_abs();
+    let scale = CURRENCY_SCALE as u64;
+    out.extend_from_slice(itoa::Buffer::new().format(abs / scale).as_bytes());
+    let mut frac = abs % scale;
+    if frac != 0 {
+        let mut digits = [b'.', 0, 0, 0, 0];
+        for d in digits[1..].iter_mut().rev() {
+            *d = b'0' + (frac % 10) as u8;
+            frac /= 10;
+        }
+        let len = 5 - digits[1..].iter().rev().take_while(|d| **d == b'0').count();
+        out.extend_from_slice(&digits[..len]);
+    }
+}
+
+fn put2(buf: &mut [u8], at: usize, v: u32) {
+    buf[at] = b'0' + (v / 10) as u8;
+    buf[at + 1] = b'0' + (v % 10) as u8;
+}
+
+/// A quoted `"YYYY-MM-DD"` as [`write_date`] writes it, `None` for years
+/// outside 0..=9999, which it writes in another form.
+fn quoted_date(d: NaiveDate) -> Option<[u8; 12]> {
+    let year = u32::try_from(d.year()).ok().filter(|y| *y <= 9999)?;
+    let mut buf = *b"\"0000-00-00\"";
+    put2(&mut buf, 1, year / 100);
+    put2(&mut buf, 3, year % 100);
+    put2(&mut buf, 6, d.month());
+    put2(&mut buf, 9, d.day());
+    Some(buf)
+}
+
+/// Room for a quoted date-time with nanoseconds.
+const QUOTED_BUF: usize = 32;
+
+/// A quoted date-time as [`write_datetime`] writes it (to the second unless
+/// `exact`) and its length, `None` for what it writes in another form
+/// (years outside 0..=9999, leap seconds).
+fn quoted_datetime(t: DateTime<Utc>, exact: bool) -> Option<([u8; QUOTED_BUF], usize)> {
+    let n = t.naive_utc();
+    let nanos = n.nanosecond();
+    if nanos >= 1_000_000_000 {
+        return None;
+    }
+    let date = quoted_date(n.date())?;
+    let mut buf = *b"\"0000-00-00T00:00:00.000000000\"\0";
+    buf[..11].copy_from_slice(&date[..11]);
+    put2(&mut buf, 12, n.hour());
+    put2(&mut buf, 15, n.minute());
+    put2(&mut buf, 18, n.second());
+    let mut len = 20;
+    if exact && nanos != 0 {
+        let mut f = nanos;
+        for d in buf[21..30].iter_mut().rev() {
+            *d = b'0' + (f % 10) as u8;
+            f /= 10;
+        }
+        len = 30 - buf[21..30].iter().rev().take_while(|d| **d == b'0').count();
+    }
+    buf[len] = b'"';
+    Some((buf, len + 1))
+}
+
+/// Writes the rows of a batch in mORMot's `"SIMPLE"` form, one after the
+/// other (as [`write_simple`]), remembering the last date-time it wrote: the
+/// rows of a batch share their automatic times, stamped once for all.
+#[derive(Debug, Default)]
+pub struct SimpleWriter {
+    last: Option<(DateTime<Utc>, bool, [u8; QUOTED_BUF], usize)>,
+}
+
+impl SimpleWriter {
+    /// A writer that remembers nothing yet.
+    pub fn new() -> Self {
+        SimpleWriter::default()
+    }
+
+    /// Appends every field of `rec`, in declared order, as a JSON array.
+    pub fn write(&mut self, out: &mut Vec<u8>, rec: &dyn Fields, dialect: JsonDialect) {
+        let table = rec.table();
+        out.push(b'[');
+        for (i, f) in table.fields.iter().enumerate() {
+            if i > 0 {
+                out.push(b',');
+            }
+            let v = rec.field(i);
+            if let ValueRef::DateTime(t) = v {
+                let exact = dialect == JsonDialect::Exact;
+                if exact || f.auto == AutoTime::No {
+                    if let Some((at, ex, buf, len)) = &self.last {
+                        if *at == t && *ex == exact {
+                            out.extend_from_slice(&buf[..*len]);
+                            continue;
+                        }
+                    }
+                    if let Some((buf, len)) = quoted_datetime(t, exact) {
+                        out.extend_from_slice(&buf[..len]);
+                        self.last = Some((t, exact, buf, len));
+                        continue;
+                    }
+                }
+            }
+            write_value(out, Some(f), &v, dialect);
+        }
+        out.push(b']');
     }
 }
 
@@ -168,26 +311,33 @@ pub fn write_value(
         ValueRef::Int(i) => write_i64(out, *i),
         ValueRef::Real(f) => write_f64(out, *f),
         ValueRef::Bool(b) => out.extend_from_slice(if *b { b"true" } else { b"false" }),
-        ValueRef::Currency(c) => {
-            let _ = write!(Hex4(out), "{c}");
-        }
-        ValueRef::Date(d) => {
-            let mut buf = [0; DATETIME_BUF];
-            write_str(out, write_date(*d, &mut buf));
-        }
+        ValueRef::Currency(c) => write_currency(out, *c),
+        ValueRef::Date(d) => match quoted_date(*d) {
+            Some(buf) => out.extend_from_slice(&buf),
+            None => {
+                let mut buf = [0; DATETIME_BUF];
+                write_str(out, write_date(*d, &mut buf));
+            }
+        },
         ValueRef::DateTime(t) => {
             let auto = field.is_some_and(|f| f.auto != AutoTime::No);
-            match dialect {
-                JsonDialect::Mormot if auto => write_i64(out, to_timelog(*t)),
-                JsonDialect::Mormot => {
+            let exact = match dialect {
+                JsonDialect::Mormot if auto => return write_i64(out, to_timelog(*t)),
+                JsonDialect::Mormot => false,
+                JsonDialect::Exact => true,
+            };
+            match quoted_datetime(*t, exact) {
+                Some((buf, len)) => out.extend_from_slice(&buf[..len]),
+                None => {
                     let mut buf = [0; DATETIME_BUF];
                     let s = write_datetime(*t, &mut buf);
                     // To the second, as mORMot writes and reads them.
-                    write_str(out, s.split('.').next().unwrap_or(s));
-                }
-                JsonDialect::Exact => {
-                    let mut buf = [0; DATETIME_BUF];
-                    write_str(out, write_datetime(*t, &mut buf));
+                    let s = if exact {
+                        s
+                    } else {
+                        s.split('.').next().unwrap_or(s)
+                    };
+                    write_str(out, s);
                 }
             }
         }
@@ -888,6 +1038,84 @@ mod test {
                 OwnedRow::from_object(&T, v.as_object().unwrap(), true).is_err(),
                 "{b}"
             );
+        }
+    }
+
+    #[test]
+    fn direct_writers_match_the_general_ones() {
+        for scaled in [
+            0,
+            1,
+            -1,
+            5000,
+            -100,
+            12_345_678,
+            10_000,
+            -10_000,
+            123_450,
+            i64::MAX,
+            i64::MIN,
+        ] {
+            let c = Currency::from_scaled(scaled);
+            let mut out = Vec::new();
+            write_currency(&mut out, c);
+            assert_eq!(String::from_utf8(out).unwrap(), c.to_string());
+        }
+        let plain = f("When", FieldKind::DateTime, AutoTime::No, false);
+        for s in [
+            "2024-02-29T23:59:58",
+            "2024-02-29T23:59:58.5",
+            "0001-01-01T00:00:00.000000001",
+            "9999-12-31T23:59:59.999999999",
+            "1999-12-31T12:34:56.12345",
+            "-0044-03-15T12:30:15.000000005",
+            "+10000-01-01T00:00:00",
+            "2016-12-31T23:59:60.5",
+        ] {
+            let t = parse_datetime(s).unwrap();
+            let mut buf = [0; DATETIME_BUF];
+            let full = write_datetime(t, &mut buf);
+            for (dialect, want) in [
+                (JsonDialect::Exact, full),
+                (JsonDialect::Mormot, full.split('.').next().unwrap()),
+            ] {
+                let mut out = Vec::new();
+                write_value(&mut out, Some(&plain), &ValueRef::DateTime(t), dialect);
+                assert_eq!(
+                    String::from_utf8(out).unwrap(),
+                    format!("\"{want}\""),
+                    "{s}"
+                );
+            }
+            let d = t.date_naive();
+            let mut out = Vec::new();
+            write_value(&mut out, None, &ValueRef::Date(d), JsonDialect::Exact);
+            let mut buf = [0; DATETIME_BUF];
+            assert_eq!(
+                String::from_utf8(out).unwrap(),
+                format!("\"{}\"", write_date(d, &mut buf))
+            );
+        }
+        let mut simple = SimpleWriter::new();
+        let mut r = row();
+        for dialect in [JsonDialect::Exact, JsonDialect::Mormot] {
+            for _ in 0..2 {
+                let (mut a, mut b) = (Vec::new(), Vec::new());
+                simple.write(&mut a, &r, dialect);
+                write_simple(&mut b, &r, dialect);
+                assert_eq!(a, b);
+                r.values[3] = Value::DateTime(parse_datetime("2024-03-04T05:06:08.5").unwrap());
+            }
+        }
+        for s in [
+            "",
+            "plain text",
+            "\"quoted\" and \\ more than eight",
+            "ctl\u{1f}\u{7f}é\t",
+        ] {
+            let mut out = Vec::new();
+            write_str(&mut out, s);
+            assert_eq!(out, serde_json::to_vec(s).unwrap(), "{s:?}");
         }
     }
 

@@ -310,6 +310,25 @@ pub fn apply_batch_items(
                 involved.push(e);
             }
         }
+        if use_tx && involved.len() == 1 {
+            let one = involved[0].apply_batch_in_transaction(
+                &items[start..end],
+                &mut results,
+                stop,
+                opts.rollback_on_error,
+            );
+            if let Some(outcome) = one {
+                outcome.map_err(|err| match err {
+                    Error::Batch { index, source } => Error::Batch {
+                        index: index + start,
+                        source,
+                    },
+                    other => other,
+                })?;
+                start = end;
+                continue;
+            }
+        }
         if use_tx {
             for (i, e) in involved.iter().enumerate() {
                 if let Err(err) = e.begin() {

@@ -152,6 +152,26 @@ pub trait Storage: Send + Sync {
         Ok(())
     }
 
+    /// Runs `items` as [`Storage::apply_batch`] does, inside one transaction
+    /// of the engine's own that begins and ends within this one call, when the
+    /// engine can do that more cheaply than separate [`Storage::begin`] and
+    /// [`Storage::commit`] calls (a remote server applies a batch under its own
+    /// transaction in one request, saving two round trips). The transaction is
+    /// committed on success, and also after a failed item of a
+    /// `stop_on_error` batch unless `rollback_on_error`; otherwise rolled
+    /// back. `None`: the engine has no such path, and the caller wraps
+    /// `apply_batch` in a transaction itself (the default).
+    fn apply_batch_in_transaction(
+        &self,
+        items: &[BatchItem<'_>],
+        results: &mut Vec<BatchResult>,
+        stop_on_error: bool,
+        rollback_on_error: bool,
+    ) -> Option<Result<()>> {
+        let _ = (items, results, stop_on_error, rollback_on_error);
+        None
+    }
+
     /// Makes `table`, held by `engine`, visible to this engine's SQL (as a
     /// virtual table), so that [`Storage::sql_select`] can read and join it.
     /// Returns `false` when this engine has no SQL to expose it to.

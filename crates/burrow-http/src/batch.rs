@@ -1,19 +1,38 @@
 //! Batch bodies: parsing every verb form mORMot clients send, and running the
 //! writes with the same transaction rules as [`burrow_core::Orm::send`].
 
-use burrow_core::chrono::Utc;
+use std::borrow::Cow;
+
+use burrow_core::chrono::{DateTime, Utc};
 use burrow_core::{
-    apply_batch_items, json, AutoTime, BatchItem, BatchOp, BatchOptions, BatchResult, Error, Model,
-    OwnedRow, Result, Storage, Table, Value,
+    apply_batch_items, json, AutoTime, BatchItem, BatchOp, BatchOptions, BatchResult, Column,
+    Error, FieldKind, Fields, Model, OwnedRow, Result, Storage, Table, Value, ValueRef,
 };
-use serde_json::Value as J;
 
 use crate::http::status_of;
+use crate::reader::Reader;
+
+/// One field's value as read from a body: text that needed no unescaping
+/// stays borrowed from the body, anything else is owned.
+pub(crate) enum Cell<'a> {
+    Text(&'a str),
+    Owned(Value),
+}
+
+/// A row of a parsed body: its values are [`Parsed::cells`]`[start..]`, one
+/// per field of the table, so that a batch of rows makes one allocation
+/// rather than several per row.
+pub(crate) struct Rec {
+    pub table: &'static Table,
+    /// The ID (0 when none was given).
+    pub id: i64,
+    start: usize,
+}
 
 /// One parsed write.
 pub(crate) enum Op {
-    Add(Option<i64>, OwnedRow),
-    Update(OwnedRow, Vec<usize>),
+    Add(Option<i64>, Rec),
+    Update(Rec, Vec<usize>),
     Delete(&'static Table, i64),
 }
 
@@ -27,8 +46,10 @@ impl Op {
 }
 
 /// A parsed batch body.
-pub(crate) struct Parsed {
+pub(crate) struct Parsed<'a> {
     pub ops: Vec<Op>,
+    /// The values of every row, row after row.
+    cells: Vec<Cell<'a>>,
     /// `"automaticTransactionPerRow",N`: commit every N writes (0: none).
     pub auto_rows: usize,
     /// `"rollbackOnError",true` (Burrow): one transaction, undone on the first failure.
@@ -37,52 +58,66 @@ pub(crate) struct Parsed {
     pub stop_on_error: bool,
 }
 
+/// A row of a parsed body, as an engine reads it.
+struct View<'p, 'a> {
+    rec: &'p Rec,
+    cells: &'p [Cell<'a>],
+}
+
+impl Fields for View<'_, '_> {
+    fn table(&self) -> &'static Table {
+        self.rec.table
+    }
+
+    fn id(&self) -> i64 {
+        self.rec.id
+    }
+
+    fn field(&self, idx: usize) -> ValueRef<'_> {
+        match self.cells.get(idx) {
+            Some(Cell::Text(s)) => ValueRef::Text(Cow::Borrowed(s)),
+            Some(Cell::Owned(v)) => v.as_ref(),
+            None => ValueRef::Null,
+        }
+    }
+}
+
+/// Whether an automatic time field a client left out gets the current
+/// time: `Modified` always, `Created` on insert.
+fn stamped(auto: AutoTime, inserting: bool) -> bool {
+    match auto {
+        AutoTime::Modified => true,
+        AutoTime::Created => inserting,
+        AutoTime::No => false,
+    }
+}
+
 /// Fills the automatic time fields a client left out: `Modified` always,
 /// `Created` on insert. Returns the fields to write.
 pub(crate) fn stamp_missing(row: &mut OwnedRow, present: &mut Vec<usize>, inserting: bool) {
     let now = Utc::now();
     for (i, f) in row.table.fields.iter().enumerate() {
-        let want = match f.auto {
-            AutoTime::Modified => true,
-            AutoTime::Created => inserting,
-            AutoTime::No => false,
-        };
-        if want && !present.contains(&i) {
+        if stamped(f.auto, inserting) && !present.contains(&i) {
             row.values[i] = Value::DateTime(now);
             present.push(i);
         }
     }
 }
 
-/// Quotes the key of a body such as `{Sample:[…]}`, which mORMot clients send.
-fn quote_outer_key(body: &[u8]) -> std::borrow::Cow<'_, [u8]> {
-    let start = body
-        .iter()
-        .position(|c| !c.is_ascii_whitespace())
-        .unwrap_or(0);
-    if body.get(start) != Some(&b'{') {
-        return body.into();
+/// [`stamp_missing`] for a row of a parsed body.
+fn stamp_cells(
+    table: &Table,
+    cells: &mut [Cell<'_>],
+    present: &mut Vec<usize>,
+    inserting: bool,
+    now: DateTime<Utc>,
+) {
+    for (i, f) in table.fields.iter().enumerate() {
+        if stamped(f.auto, inserting) && !present.contains(&i) {
+            cells[i] = Cell::Owned(Value::DateTime(now));
+            present.push(i);
+        }
     }
-    let key_at = start
-        + 1
-        + body[start + 1..]
-            .iter()
-            .take_while(|c| c.is_ascii_whitespace())
-            .count();
-    let key_len = body[key_at..]
-        .iter()
-        .take_while(|c| c.is_ascii_alphanumeric() || **c == b'_')
-        .count();
-    if key_len == 0 {
-        return body.into();
-    }
-    let mut v = Vec::with_capacity(body.len() + 2);
-    v.extend_from_slice(&body[..key_at]);
-    v.push(b'"');
-    v.extend_from_slice(&body[key_at..key_at + key_len]);
-    v.push(b'"');
-    v.extend_from_slice(&body[key_at + key_len..]);
-    v.into()
 }
 
 fn bad(msg: impl Into<String>) -> Error {
@@ -118,438 +153,382 @@ fn field_bits(table: &Table, hex: &str) -> Result<Vec<usize>> {
 /// Parses a batch body sent to `/{root}/Batch` (`default` = `None`) or
 /// `/{root}/{Table}/Batch`.
 ///
-/// The body is read in one streaming pass: objects and `SIMPLE` arrays become
-/// rows of typed values directly, without an intermediate JSON tree (a batch
-/// of 10,000 rows parses several times faster this way).
-pub(crate) fn parse(model: &Model, default: Option<&'static Table>, body: &[u8]) -> Result<Parsed> {
-    let body = quote_outer_key(body);
-    let mut de = serde_json::Deserializer::from_slice(&body);
-    let parsed = de::DeserializeSeed::deserialize(BodySeed { model, default }, &mut de)
-        .map_err(|e| bad(format!("invalid batch: {e}")))?;
-    de.end().map_err(|e| bad(format!("invalid batch: {e}")))?;
+/// The body is read in one pass: objects and arrays of values become rows of
+/// typed values directly, without an intermediate JSON tree, and text stays
+/// in the body.
+pub(crate) fn parse<'a>(
+    model: &Model,
+    default: Option<&'static Table>,
+    body: &'a [u8],
+) -> Result<Parsed<'a>> {
+    let text = std::str::from_utf8(body).map_err(|e| bad(format!("invalid batch: {e}")))?;
+    let mut r = Reader::new(text);
+    read_body(model, default, &mut r).map_err(|e| match e {
+        Error::BadInput(m) => bad(format!("invalid batch: {m}")),
+        other => bad(format!("invalid batch: {other}")),
+    })
+}
+
+fn read_body<'a>(
+    model: &Model,
+    default: Option<&'static Table>,
+    r: &mut Reader<'a>,
+) -> Result<Parsed<'a>> {
+    let parsed = match r.peek() {
+        Some(b'[') => items(model, default, r)?,
+        Some(b'{') => {
+            r.expect(b'{')?;
+            let name = match r.peek() {
+                Some(b'}') => return Err(bad("an empty batch object")),
+                Some(b'"') => r.string()?,
+                // mORMot clients leave the key unquoted: `{Sample:[…]}`.
+                _ => match r.bare_key() {
+                    Some(k) => k.into(),
+                    None => return r.fail("expected a table name"),
+                },
+            };
+            let t = model
+                .table(&name)
+                .ok_or_else(|| Error::UnknownTable(name.into_owned()))?;
+            r.expect(b':')?;
+            let p = items(model, Some(t), r)?;
+            if r.more(b'}')? {
+                return Err(bad("a batch object holds one array"));
+            }
+            p
+        }
+        _ => return r.fail("expected an array, or an object holding one array"),
+    };
+    r.end()?;
     Ok(parsed)
 }
 
-use burrow_core::datetime::{parse_date, parse_datetime};
-use burrow_core::{Currency, FieldKind};
-use serde::de::{self, DeserializeSeed, Deserializer, MapAccess, SeqAccess, Visitor};
-use std::borrow::Cow;
-
-fn custom<E: de::Error>(e: Error) -> E {
-    E::custom(e)
-}
-
-struct BodySeed<'m> {
+/// The table a verb names: `VERB@Table`, or the batch's own.
+struct Tables<'m> {
     model: &'m Model,
     default: Option<&'static Table>,
+    /// The last `@Table` met and its table: batches name the same one again
+    /// and again.
+    last: Option<(String, &'static Table)>,
 }
 
-impl<'de> DeserializeSeed<'de> for BodySeed<'_> {
-    type Value = Parsed;
-    fn deserialize<D: Deserializer<'de>>(self, d: D) -> std::result::Result<Parsed, D::Error> {
-        d.deserialize_any(self)
-    }
-}
-
-impl<'de> Visitor<'de> for BodySeed<'_> {
-    type Value = Parsed;
-
-    fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str("an array, or an object holding one array")
-    }
-
-    fn visit_seq<A: SeqAccess<'de>>(self, seq: A) -> std::result::Result<Parsed, A::Error> {
-        items(self.model, self.default, seq)
-    }
-
-    fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> std::result::Result<Parsed, A::Error> {
-        let name: Cow<'de, str> = map
-            .next_key_seed(StrSeed)?
-            .ok_or_else(|| de::Error::custom("an empty batch object"))?;
+impl Tables<'_> {
+    fn get<'w>(&mut self, word: &'w str) -> Result<(&'w str, &'static Table)> {
+        let Some((verb, name)) = word.split_once('@') else {
+            let t = self
+                .default
+                .ok_or_else(|| bad(format!("{word}: no table (use {word}@Table)")))?;
+            return Ok((word, t));
+        };
+        if let Some((n, t)) = &self.last {
+            if n == name {
+                return Ok((verb, t));
+            }
+        }
         let t = self
             .model
-            .table(&name)
-            .ok_or_else(|| custom(Error::UnknownTable(name.to_string())))?;
-        let p = map.next_value_seed(ItemsSeed {
-            model: self.model,
-            table: t,
-        })?;
-        if map.next_key::<de::IgnoredAny>()?.is_some() {
-            return Err(de::Error::custom("a batch object holds one array"));
-        }
-        Ok(p)
+            .table(name)
+            .ok_or_else(|| Error::UnknownTable(name.to_owned()))?;
+        self.last = Some((name.to_owned(), t));
+        Ok((verb, t))
     }
 }
 
-struct ItemsSeed<'m> {
-    model: &'m Model,
-    table: &'static Table,
-}
-
-impl<'de> DeserializeSeed<'de> for ItemsSeed<'_> {
-    type Value = Parsed;
-    fn deserialize<D: Deserializer<'de>>(self, d: D) -> std::result::Result<Parsed, D::Error> {
-        d.deserialize_seq(self)
-    }
-}
-
-impl<'de> Visitor<'de> for ItemsSeed<'_> {
-    type Value = Parsed;
-    fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str("an array of batch items")
-    }
-    fn visit_seq<A: SeqAccess<'de>>(self, seq: A) -> std::result::Result<Parsed, A::Error> {
-        items(self.model, Some(self.table), seq)
-    }
-}
-
-/// A string, borrowed from the body when it has no escapes.
-struct StrSeed;
-
-impl<'de> DeserializeSeed<'de> for StrSeed {
-    type Value = Cow<'de, str>;
-    fn deserialize<D: Deserializer<'de>>(self, d: D) -> std::result::Result<Self::Value, D::Error> {
-        d.deserialize_str(self)
-    }
-}
-
-impl<'de> Visitor<'de> for StrSeed {
-    type Value = Cow<'de, str>;
-    fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str("a string")
-    }
-    fn visit_borrowed_str<E: de::Error>(self, v: &'de str) -> std::result::Result<Self::Value, E> {
-        Ok(Cow::Borrowed(v))
-    }
-    fn visit_str<E: de::Error>(self, v: &str) -> std::result::Result<Self::Value, E> {
-        Ok(Cow::Owned(v.to_owned()))
-    }
-    fn visit_string<E: de::Error>(self, v: String) -> std::result::Result<Self::Value, E> {
-        Ok(Cow::Owned(v))
-    }
-}
-
-fn items<'de, A: SeqAccess<'de>>(
+fn items<'a>(
     model: &Model,
     default: Option<&'static Table>,
-    mut seq: A,
-) -> std::result::Result<Parsed, A::Error> {
+    r: &mut Reader<'a>,
+) -> Result<Parsed<'a>> {
     let mut p = Parsed {
-        ops: Vec::with_capacity(seq.size_hint().unwrap_or(0) / 2),
+        ops: Vec::new(),
+        cells: Vec::new(),
         auto_rows: 0,
         rollback_on_error: false,
         stop_on_error: false,
     };
-    while let Some(word) = seq.next_element_seed(StrSeed)? {
-        let missing = || de::Error::custom(format!("{word} without a value"));
-        match &*word {
-            "automaticTransactionPerRow" => {
-                p.auto_rows = seq.next_element::<u64>()?.ok_or_else(missing)? as usize;
+    let mut tables = Tables {
+        model,
+        default,
+        last: None,
+    };
+    let now = Utc::now();
+    // The last `SIMPLE` verb met (as written, with its table): batches of
+    // adds repeat it from row to row.
+    let mut last_simple: Option<(&'a str, &'static Table)> = None;
+    let mut more = r.open_array()?;
+    while more {
+        if let Some((word, table)) = last_simple {
+            if r.eat_quoted(word) {
+                if !r.more(b']')? {
+                    return Err(bad(format!("{word} without a value")));
+                }
+                p.ops.push(Op::Add(None, simple(r, table, &mut p.cells)?));
+                more = r.more(b']')?;
                 continue;
             }
-            "options" => {
-                seq.next_element::<de::IgnoredAny>()?.ok_or_else(missing)?;
-                continue;
-            }
-            "rollbackOnError" => {
-                p.rollback_on_error = seq.next_element::<bool>()?.ok_or_else(missing)?;
-                continue;
-            }
-            "stopOnError" => {
-                p.stop_on_error = seq.next_element::<bool>()?.ok_or_else(missing)?;
-                continue;
-            }
-            _ => {}
         }
-        let (verb, table) = match word.split_once('@') {
-            Some((v, t)) => (
-                v,
-                model
-                    .table(t)
-                    .ok_or_else(|| custom(Error::UnknownTable(t.to_owned())))?,
-            ),
-            None => (
-                &*word,
-                default
-                    .ok_or_else(|| custom(bad(format!("{word}: no table (use {word}@Table)"))))?,
-            ),
-        };
-        let op = match verb {
-            "POST" => {
-                let (mut row, mut present) = seq
-                    .next_element_seed(ObjectSeed { table })?
-                    .ok_or_else(missing)?;
-                stamp_missing(&mut row, &mut present, true);
-                Op::Add((row.id > 0).then_some(row.id), row)
+        let word = r.string()?;
+        if !r.more(b']')? {
+            return Err(bad(format!("{word} without a value")));
+        }
+        match &*word {
+            "automaticTransactionPerRow" => p.auto_rows = r.unsigned()? as usize,
+            "options" => {
+                r.raw()?;
             }
-            "PUT" => {
-                let (mut row, mut present) = seq
-                    .next_element_seed(ObjectSeed { table })?
-                    .ok_or_else(missing)?;
-                if row.id <= 0 {
-                    return Err(custom(bad("PUT needs an ID (or RowID) member")));
+            "rollbackOnError" => p.rollback_on_error = r.boolean()?,
+            "stopOnError" => p.stop_on_error = r.boolean()?,
+            _ => {
+                let (verb, table) = tables.get(&word)?;
+                if p.ops.capacity() == 0 {
+                    // Sized from the body: each row takes some tens of bytes.
+                    let rows = r.remaining() / (16 + 8 * table.fields.len()) + 1;
+                    p.ops.reserve(rows);
+                    p.cells.reserve(rows * table.fields.len());
                 }
-                if present.is_empty() {
-                    return Err(custom(bad("PUT names no field")));
-                }
-                stamp_missing(&mut row, &mut present, false);
-                Op::Update(row, present)
+                let op = match verb {
+                    "SIMPLE" => {
+                        if let Cow::Borrowed(word) = word {
+                            last_simple = Some((word, table));
+                        }
+                        Op::Add(None, simple(r, table, &mut p.cells)?)
+                    }
+                    "POST" => {
+                        let (rec, mut present) = object(r, table, &mut p.cells)?;
+                        stamp_cells(table, &mut p.cells[rec.start..], &mut present, true, now);
+                        Op::Add((rec.id > 0).then_some(rec.id), rec)
+                    }
+                    "PUT" => {
+                        let (rec, mut present) = object(r, table, &mut p.cells)?;
+                        if rec.id <= 0 {
+                            return Err(bad("PUT needs an ID (or RowID) member"));
+                        }
+                        if present.is_empty() {
+                            return Err(bad("PUT names no field"));
+                        }
+                        stamp_cells(table, &mut p.cells[rec.start..], &mut present, false, now);
+                        Op::Update(rec, present)
+                    }
+                    "DELETE" => Op::Delete(
+                        table,
+                        r.id()?.ok_or_else(|| bad("DELETE takes a positive ID"))?,
+                    ),
+                    v => bits_op(r, table, v, &mut p.cells, now)?,
+                };
+                p.ops.push(op);
             }
-            "SIMPLE" => Op::Add(
-                None,
-                seq.next_element_seed(SimpleSeed { table })?
-                    .ok_or_else(missing)?,
-            ),
-            "DELETE" => {
-                let v: J = seq.next_element()?.ok_or_else(missing)?;
-                Op::Delete(
-                    table,
-                    json::parse_id(&v).ok_or_else(|| custom(bad("DELETE takes a positive ID")))?,
-                )
-            }
-            v => {
-                let value: J = seq.next_element()?.ok_or_else(missing)?;
-                bits_op(table, v, &value).map_err(custom)?
-            }
-        };
-        p.ops.push(op);
+        }
+        more = r.more(b']')?;
     }
     Ok(p)
 }
 
-/// The `u{hex}`, `i{hex}` and bare `{hex}` forms.
-fn bits_op(table: &'static Table, v: &str, value: &J) -> Result<Op> {
-    let arr = value
-        .as_array()
-        .ok_or_else(|| bad(format!("{v} takes an array")))?;
-    if let Some(hex) = v.strip_prefix('u') {
-        let mut fields = field_bits(table, hex)?;
-        let (id, vals) = arr
-            .split_first()
-            .ok_or_else(|| bad("an update without ID"))?;
-        let id = json::parse_id(id).ok_or_else(|| bad("an update needs a positive ID"))?;
-        let mut row = OwnedRow::from_array(table, vals, Some(&fields))?;
-        row.id = id;
-        stamp_missing(&mut row, &mut fields, false);
-        Ok(Op::Update(row, fields))
-    } else {
-        let hex = v.strip_prefix('i').unwrap_or(v);
-        let mut fields = field_bits(table, hex)?;
-        let (id, vals) = if arr.len() == fields.len() + 1 {
-            let id = json::parse_id(&arr[0]).ok_or_else(|| bad("bad forced ID"))?;
-            (Some(id), &arr[1..])
-        } else {
-            (None, &arr[..])
-        };
-        let mut row = OwnedRow::from_array(table, vals, Some(&fields))?;
-        stamp_missing(&mut row, &mut fields, true);
-        Ok(Op::Add(id, row))
+/// The value of field `idx`, text borrowed from the body when it can be.
+fn cell<'a>(r: &mut Reader<'a>, table: &Table, idx: usize) -> Result<Cell<'a>> {
+    if table.fields[idx].kind == FieldKind::Text && r.peek() == Some(b'"') {
+        return Ok(match r.string()? {
+            Cow::Borrowed(s) => Cell::Text(s),
+            Cow::Owned(s) => Cell::Owned(Value::Text(s)),
+        });
     }
+    r.field(table, idx).map(Cell::Owned)
+}
+
+/// Appends a row of zero values (see [`json::zero_value`]).
+fn zero_row(table: &'static Table, cells: &mut Vec<Cell<'_>>) -> Rec {
+    let start = cells.len();
+    cells.extend(
+        table
+            .fields
+            .iter()
+            .map(|f| Cell::Owned(json::zero_value(f))),
+    );
+    Rec {
+        table,
+        id: 0,
+        start,
+    }
+}
+
+/// `"SIMPLE",[…]`: every field's value, in declared order.
+fn simple<'a>(r: &mut Reader<'a>, t: &'static Table, cells: &mut Vec<Cell<'a>>) -> Result<Rec> {
+    let n = t.fields.len();
+    let start = cells.len();
+    let mut more = r.open_array()?;
+    for idx in 0..n {
+        if !more {
+            return Err(bad(format!(
+                "{}: {idx} value(s) given for {n} field(s)",
+                t.name
+            )));
+        }
+        cells.push(cell(r, t, idx)?);
+        more = r.more(b']')?;
+    }
+    if more {
+        return Err(bad(format!("{}: too many values", t.name)));
+    }
+    Ok(Rec {
+        table: t,
+        id: 0,
+        start,
+    })
 }
 
 /// An object: a row and the fields it names.
-struct ObjectSeed {
-    table: &'static Table,
-}
-
-impl<'de> DeserializeSeed<'de> for ObjectSeed {
-    type Value = (OwnedRow, Vec<usize>);
-    fn deserialize<D: Deserializer<'de>>(self, d: D) -> std::result::Result<Self::Value, D::Error> {
-        d.deserialize_map(self)
+fn object<'a>(
+    r: &mut Reader<'a>,
+    t: &'static Table,
+    cells: &mut Vec<Cell<'a>>,
+) -> Result<(Rec, Vec<usize>)> {
+    let mut rec = zero_row(t, cells);
+    let mut present = Vec::with_capacity(t.fields.len());
+    r.expect(b'{')?;
+    if r.eat(b'}') {
+        return Ok((rec, present));
     }
-}
-
-impl<'de> Visitor<'de> for ObjectSeed {
-    type Value = (OwnedRow, Vec<usize>);
-    fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str("an object")
-    }
-    fn visit_map<A: MapAccess<'de>>(
-        self,
-        mut map: A,
-    ) -> std::result::Result<Self::Value, A::Error> {
-        let t = self.table;
-        let mut row = OwnedRow::zero(t);
-        let mut present = Vec::with_capacity(t.fields.len());
-        while let Some(name) = map.next_key_seed(StrSeed)? {
-            match t.column(&name) {
-                Some(burrow_core::Column::Id) => {
-                    let v: J = map.next_value()?;
-                    row.id = json::parse_id(&v).ok_or_else(|| {
-                        custom(bad(format!("{}: ID must be a positive integer", t.name)))
-                    })?;
-                }
-                Some(burrow_core::Column::Field(i)) => {
-                    row.values[i] = map.next_value_seed(FieldSeed { table: t, idx: i })?;
-                    if !present.contains(&i) {
-                        present.push(i);
-                    }
-                }
-                None => {
-                    return Err(custom(Error::UnknownField {
-                        table: t.name,
-                        field: name.into_owned(),
-                    }))
+    loop {
+        let name = r.string()?;
+        r.expect(b':')?;
+        match t.column(&name) {
+            Some(Column::Id) => {
+                rec.id = r
+                    .id()?
+                    .ok_or_else(|| bad(format!("{}: ID must be a positive integer", t.name)))?;
+            }
+            Some(Column::Field(i)) => {
+                cells[rec.start + i] = cell(r, t, i)?;
+                if !present.contains(&i) {
+                    present.push(i);
                 }
             }
-        }
-        Ok((row, present))
-    }
-}
-
-/// Every field's value, in declared order.
-struct SimpleSeed {
-    table: &'static Table,
-}
-
-impl<'de> DeserializeSeed<'de> for SimpleSeed {
-    type Value = OwnedRow;
-    fn deserialize<D: Deserializer<'de>>(self, d: D) -> std::result::Result<OwnedRow, D::Error> {
-        d.deserialize_seq(self)
-    }
-}
-
-impl<'de> Visitor<'de> for SimpleSeed {
-    type Value = OwnedRow;
-    fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str("an array of every field's value")
-    }
-    fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> std::result::Result<OwnedRow, A::Error> {
-        let t = self.table;
-        let mut values = Vec::with_capacity(t.fields.len());
-        for idx in 0..t.fields.len() {
-            match seq.next_element_seed(FieldSeed { table: t, idx })? {
-                Some(v) => values.push(v),
-                None => {
-                    return Err(custom(bad(format!(
-                        "{}: {idx} value(s) given for {} field(s)",
-                        t.name,
-                        t.fields.len()
-                    ))))
-                }
+            None => {
+                return Err(Error::UnknownField {
+                    table: t.name,
+                    field: name.into_owned(),
+                })
             }
         }
-        if seq.next_element::<de::IgnoredAny>()?.is_some() {
-            return Err(custom(bad(format!("{}: too many values", t.name))));
+        if !r.more(b'}')? {
+            return Ok((rec, present));
         }
-        Ok(OwnedRow {
-            table: t,
-            id: 0,
-            values,
-        })
     }
 }
 
-/// One field's value, converted to the field's kind.
-struct FieldSeed {
+/// The `u{hex}`, `i{hex}` and bare `{hex}` forms.
+fn bits_op<'a>(
+    r: &mut Reader<'a>,
     table: &'static Table,
-    idx: usize,
-}
-
-impl FieldSeed {
-    fn convert<E: de::Error>(&self, v: J) -> std::result::Result<Value, E> {
-        json::parse_value(self.table, &self.table.fields[self.idx], &v).map_err(custom)
+    v: &str,
+    cells: &mut Vec<Cell<'a>>,
+    now: DateTime<Utc>,
+) -> Result<Op> {
+    let update = v.strip_prefix('u');
+    let hex = update.unwrap_or_else(|| v.strip_prefix('i').unwrap_or(v));
+    let mut fields = field_bits(table, hex)?;
+    if r.peek() != Some(b'[') {
+        r.raw()?;
+        return Err(bad(format!("{v} takes an array")));
     }
-}
-
-impl<'de> DeserializeSeed<'de> for FieldSeed {
-    type Value = Value;
-    fn deserialize<D: Deserializer<'de>>(self, d: D) -> std::result::Result<Value, D::Error> {
-        if self.table.fields[self.idx].kind == FieldKind::Json {
-            let v = <J as serde::Deserialize>::deserialize(d)?;
-            return self.convert(v);
-        }
-        d.deserialize_any(self)
-    }
-}
-
-impl<'de> Visitor<'de> for FieldSeed {
-    type Value = Value;
-    fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str("a value")
-    }
-    fn visit_bool<E: de::Error>(self, v: bool) -> std::result::Result<Value, E> {
-        self.convert(J::Bool(v))
-    }
-    fn visit_i64<E: de::Error>(self, v: i64) -> std::result::Result<Value, E> {
-        match self.table.fields[self.idx].kind {
-            FieldKind::I64 | FieldKind::Reference(_) => Ok(Value::Int(v)),
-            _ => self.convert(J::from(v)),
-        }
-    }
-    fn visit_u64<E: de::Error>(self, v: u64) -> std::result::Result<Value, E> {
-        match (self.table.fields[self.idx].kind, i64::try_from(v)) {
-            (FieldKind::I64 | FieldKind::Reference(_), Ok(i)) => Ok(Value::Int(i)),
-            (FieldKind::Currency, Ok(i)) => match Currency::from_int(i) {
-                Some(c) => Ok(Value::Currency(c)),
-                None => self.convert(J::from(v)),
-            },
-            _ => self.convert(J::from(v)),
-        }
-    }
-    fn visit_f64<E: de::Error>(self, v: f64) -> std::result::Result<Value, E> {
-        if self.table.fields[self.idx].kind == FieldKind::Currency {
-            // Exact when the double is the nearest one to a 4-decimal amount;
-            // anything else goes the slow way, which refuses it.
-            if let Some(c) = Currency::from_f64(v).filter(|c| c.to_f64() == v) {
-                return Ok(Value::Currency(c));
+    // The values are counted before they are read: a leading extra one is
+    // a forced ID.
+    let mut raws = Vec::with_capacity(fields.len() + 1);
+    if r.open_array()? {
+        loop {
+            raws.push(r.raw()?);
+            if !r.more(b']')? {
+                break;
             }
         }
-        self.convert(J::from(v))
     }
-    fn visit_str<E: de::Error>(self, v: &str) -> std::result::Result<Value, E> {
-        let fast = match self.table.fields[self.idx].kind {
-            FieldKind::Text => Some(Value::Text(v.to_owned())),
-            FieldKind::Date if !v.is_empty() => parse_date(v).map(Value::Date),
-            FieldKind::DateTime if !v.is_empty() => parse_datetime(v).map(Value::DateTime),
-            _ => None,
-        };
-        match fast {
-            Some(x) => Ok(x),
-            None => self.convert(J::String(v.to_owned())),
-        }
+    let (id, vals) = if update.is_some() {
+        let (id, vals) = raws
+            .split_first()
+            .ok_or_else(|| bad("an update without ID"))?;
+        let id = Reader::new(id)
+            .id()?
+            .ok_or_else(|| bad("an update needs a positive ID"))?;
+        (Some(id), vals)
+    } else if raws.len() == fields.len() + 1 {
+        let id = Reader::new(raws[0])
+            .id()?
+            .ok_or_else(|| bad("bad forced ID"))?;
+        (Some(id), &raws[1..])
+    } else {
+        (None, &raws[..])
+    };
+    if vals.len() != fields.len() {
+        return Err(bad(format!(
+            "{}: {} value(s) given for {} field(s)",
+            table.name,
+            vals.len(),
+            fields.len()
+        )));
     }
-    fn visit_string<E: de::Error>(self, v: String) -> std::result::Result<Value, E> {
-        if self.table.fields[self.idx].kind == FieldKind::Text {
-            return Ok(Value::Text(v));
-        }
-        self.visit_str(&v)
+    let mut rec = zero_row(table, cells);
+    for (raw, &idx) in vals.iter().zip(&fields) {
+        cells[rec.start + idx] = cell(&mut Reader::new(raw), table, idx)?;
     }
-    fn visit_unit<E: de::Error>(self) -> std::result::Result<Value, E> {
-        self.convert(J::Null)
-    }
-    fn visit_none<E: de::Error>(self) -> std::result::Result<Value, E> {
-        self.convert(J::Null)
+    let row_cells = &mut cells[rec.start..];
+    if update.is_some() {
+        rec.id = id.unwrap_or(0);
+        stamp_cells(table, row_cells, &mut fields, false, now);
+        Ok(Op::Update(rec, fields))
+    } else {
+        stamp_cells(table, row_cells, &mut fields, true, now);
+        Ok(Op::Add(id, rec))
     }
 }
 
 /// Runs the writes. `route` gives each table's engine. Without an open
 /// transaction, chunks of `auto_rows` (or the whole batch, with
 /// `rollback_on_error`) each run in a transaction on every engine involved.
-pub(crate) fn execute<'a>(
-    p: &Parsed,
-    route: &dyn Fn(&'static Table) -> Result<&'a dyn Storage>,
+pub(crate) fn execute<'e>(
+    p: &Parsed<'_>,
+    route: &dyn Fn(&'static Table) -> Result<&'e dyn Storage>,
     in_tx: bool,
 ) -> Result<Vec<BatchResult>> {
-    let items: Vec<BatchItem<'_>> = p
+    let n = |rec: &Rec| rec.table.fields.len();
+    let views: Vec<View<'_, '_>> = p
         .ops
         .iter()
-        .map(|op| BatchItem {
+        .filter_map(|op| match op {
+            Op::Add(_, rec) | Op::Update(rec, _) => Some(View {
+                rec,
+                cells: &p.cells[rec.start..rec.start + n(rec)],
+            }),
+            Op::Delete(..) => None,
+        })
+        .collect();
+    let mut rows = views.iter();
+    let mut items: Vec<BatchItem<'_>> = Vec::with_capacity(p.ops.len());
+    for op in &p.ops {
+        items.push(BatchItem {
             table: op.table(),
             op: match op {
-                Op::Add(id, row) => BatchOp::Add { id: *id, row },
-                Op::Update(row, fields) => BatchOp::Update {
-                    row,
+                Op::Add(id, _) => BatchOp::Add {
+                    id: *id,
+                    row: rows.next().expect("one view per row"),
+                },
+                Op::Update(_, fields) => BatchOp::Update {
+                    row: rows.next().expect("one view per row"),
                     fields: Some(fields),
                 },
                 Op::Delete(_, id) => BatchOp::Delete { id: *id },
             },
-        })
-        .collect();
-    let engines = items
-        .iter()
-        .map(|i| route(i.table))
-        .collect::<Result<Vec<_>>>()?;
+        });
+    }
+    // Consecutive items of one table share its engine.
+    let mut engines: Vec<&dyn Storage> = Vec::with_capacity(items.len());
+    let mut last: Option<(&'static Table, &dyn Storage)> = None;
+    for item in &items {
+        let e = match last {
+            Some((t, e)) if std::ptr::eq(t, item.table) => e,
+            _ => route(item.table)?,
+        };
+        last = Some((item.table, e));
+        engines.push(e);
+    }
     let opts = BatchOptions {
         auto_transaction_rows: p.auto_rows,
         rollback_on_error: p.rollback_on_error,
@@ -639,6 +618,16 @@ mod test {
             br#"{"Nope":[]}"#,
             br#"{"Sample":["POST"]}"#,
             br#"{"Sample":["POST",{"A":1}]}"#,
+            br#"{"Sample":["SIMPLE",["a","b",""]] x}"#,
+            br#"{"Sample":["SIMPLE",["a","b",""],"SIMPLE",["a","b"]]}"#,
+            br#"{"Sample":["SIMPLE",["a","b","",1]]}"#,
+            br#"{"Sample":["SIMPLE",["a","b","2024-01-01T00:00:00"],"SIMPLE",["a","b","2024-01-01T00:00:00"],]}"#,
+            br#"{"Sample":["SIMPLE",["a\x","b",""]]}"#,
+            br#"{"Sample":["SIMPLE",["a","b","2024-02-30T00:00:00"]]}"#,
+            br#"{"Sample":[],"Other":[]}"#,
+            br#"{}"#,
+            br#"17"#,
+            b"[\"SIMPLE@Sample\",[\"\xff\",\"b\",\"\"]]",
         ] {
             assert!(
                 parse(&m, None, bad).is_err(),
@@ -646,6 +635,48 @@ mod test {
                 String::from_utf8_lossy(bad)
             );
         }
+        Ok(())
+    }
+
+    fn text(p: &Parsed<'_>, op: usize, field: usize) -> String {
+        let rec = match &p.ops[op] {
+            Op::Add(_, r) | Op::Update(r, _) => r,
+            Op::Delete(..) => panic!("no row"),
+        };
+        let view = View {
+            rec,
+            cells: &p.cells[rec.start..rec.start + rec.table.fields.len()],
+        };
+        match view.field(field) {
+            ValueRef::Text(t) => t.into_owned(),
+            ValueRef::DateTime(t) => burrow_core::datetime::format_datetime(t),
+            other => format!("{other:?}"),
+        }
+    }
+
+    #[test]
+    fn rows_read_in_place_and_repeated_verbs() -> Result<()> {
+        let mut m = Model::new();
+        m.add_table(&T);
+        let body =
+            br#" [ "SIMPLE@Sample" , [ "plain" , "esc\"aped\u00e9" , "2024-01-02T03:04:05.5Z" ] ,
+            "SIMPLE@Sample",["second","",  "2024-01-02T03:04:05.5Z"],
+            "SIMPLE@Sample",["third","x","2024-01-02T03:04:06"],
+            "SIMPLE@sample",["fourth","y",""],
+            "POST@Sample",{"B":"only b","ID":"12"} ] "#;
+        let p = parse(&m, None, body)?;
+        assert_eq!(p.ops.len(), 5);
+        assert!(matches!(p.cells[0], Cell::Text("plain")));
+        assert_eq!(text(&p, 0, 1), "esc\"aped\u{e9}");
+        assert_eq!(text(&p, 0, 2), "2024-01-02T03:04:05.5");
+        assert_eq!(text(&p, 1, 0), "second");
+        assert_eq!(text(&p, 1, 2), "2024-01-02T03:04:05.5");
+        assert_eq!(text(&p, 2, 2), "2024-01-02T03:04:06");
+        assert_eq!(text(&p, 3, 0), "fourth");
+        assert_eq!(text(&p, 3, 2), "1970-01-01T00:00:00");
+        assert!(matches!(&p.ops[4], Op::Add(Some(12), r) if r.id == 12));
+        assert_eq!(text(&p, 4, 0), "");
+        assert_eq!(text(&p, 4, 1), "only b");
         Ok(())
     }
 }

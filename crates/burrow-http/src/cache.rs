@@ -16,7 +16,7 @@
 //! the lock, and a time check is one `Instant::now()`.
 
 use std::collections::HashMap;
-use std::sync::{Arc, Mutex, PoisonError, RwLock};
+use std::sync::{Arc, Mutex, PoisonError, RwLock, RwLockWriteGuard};
 use std::thread::ThreadId;
 use std::time::{Duration, Instant};
 
@@ -37,10 +37,87 @@ pub struct CacheRule {
     pub max_entries: usize,
 }
 
+type Rows = HashMap<i64, (Instant, Arc<OwnedRow>)>;
+
 struct TableCache {
     table: &'static str,
     rule: CacheRule,
-    rows: RwLock<HashMap<i64, (Instant, Arc<OwnedRow>)>>,
+    rows: RwLock<Rows>,
+}
+
+impl TableCache {
+    /// Stores `row` (if its ID is cached) in `rows`, this table's map.
+    /// Stores `row`, whose ID is `id`, in `rows` (this table's map) if that
+    /// ID is cached. The ID comes apart from the row so that storing many
+    /// rows does not read each one back.
+    fn store(&self, rows: &mut Rows, id: i64, row: Arc<OwnedRow>, now: Instant) {
+        if self.rule.ids.as_ref().is_some_and(|ids| !ids.contains(&id)) {
+            return;
+        }
+        if rows.len() >= self.rule.max_entries && !rows.contains_key(&id) {
+            rows.retain(|_, (at, _)| now.duration_since(*at) < self.rule.ttl);
+            if rows.len() >= self.rule.max_entries {
+                return;
+            }
+        }
+        rows.insert(id, (now, row));
+    }
+
+    fn write(&self) -> RwLockWriteGuard<'_, Rows> {
+        self.rows.write().unwrap_or_else(PoisonError::into_inner)
+    }
+}
+
+/// A table's cache and its write-locked map.
+type Held<'c> = (&'c TableCache, RwLockWriteGuard<'c, Rows>);
+
+/// The write lock of one table's map, kept while consecutive rows go to
+/// that table.
+struct Locked<'c> {
+    cache: &'c OrmCache,
+    /// The last table asked for, and its cache and locked map if it has one.
+    held: Option<(&'static Table, Option<Held<'c>>)>,
+}
+
+impl<'c> Locked<'c> {
+    fn new(cache: &'c OrmCache) -> Self {
+        Locked { cache, held: None }
+    }
+
+    /// The table's cache and its locked map, `None` when it is not cached.
+    fn get(&mut self, table: &'static Table) -> Option<(&'c TableCache, &mut Rows)> {
+        if !self
+            .held
+            .as_ref()
+            .is_some_and(|(t, _)| std::ptr::eq(*t, table))
+        {
+            let slot = self.cache.slot(table);
+            let same = match (&self.held, slot) {
+                (Some((_, Some((h, _)))), Some(t)) => std::ptr::eq(*h, t),
+                _ => false,
+            };
+            if same {
+                if let Some((t, _)) = &mut self.held {
+                    *t = table;
+                }
+            } else {
+                self.held = None;
+                self.held = Some((table, slot.map(|t| (t, t.write()))));
+            }
+        }
+        match &mut self.held {
+            Some((_, Some((t, rows)))) => Some((*t, &mut **rows)),
+            _ => None,
+        }
+    }
+}
+
+/// A row written inside a transaction, waiting for its end.
+struct Pending {
+    thread: ThreadId,
+    table: &'static Table,
+    id: i64,
+    row: Arc<OwnedRow>,
 }
 
 /// Rows by table and ID, each valid for its table's time to live.
@@ -49,7 +126,7 @@ pub struct OrmCache {
     tables: Vec<TableCache>,
     /// Rows written inside a transaction, per thread: stored at commit,
     /// forgotten at rollback, so that the cache never shows uncommitted data.
-    pending: Mutex<Vec<(ThreadId, OwnedRow)>>,
+    pending: Mutex<Vec<Pending>>,
 }
 
 impl std::fmt::Debug for OrmCache {
@@ -146,22 +223,8 @@ impl OrmCache {
         let Some(t) = self.slot(row.table) else {
             return;
         };
-        if t.rule
-            .ids
-            .as_ref()
-            .is_some_and(|ids| !ids.contains(&row.id))
-        {
-            return;
-        }
-        let now = Instant::now();
         let mut rows = t.rows.write().unwrap_or_else(PoisonError::into_inner);
-        if rows.len() >= t.rule.max_entries && !rows.contains_key(&row.id) {
-            rows.retain(|_, (at, _)| now.duration_since(*at) < t.rule.ttl);
-            if rows.len() >= t.rule.max_entries {
-                return;
-            }
-        }
-        rows.insert(row.id, (now, Arc::new(row)));
+        t.store(&mut rows, row.id, Arc::new(row), Instant::now());
     }
 
     /// Drops the entry of one row.
@@ -207,7 +270,12 @@ impl OrmCache {
                 self.pending
                     .lock()
                     .unwrap_or_else(PoisonError::into_inner)
-                    .push((std::thread::current().id(), r));
+                    .push(Pending {
+                        thread: std::thread::current().id(),
+                        table: r.table,
+                        id: r.id,
+                        row: Arc::new(r),
+                    });
             } else {
                 self.put(r);
             }
@@ -229,31 +297,159 @@ impl OrmCache {
 }
 
 impl OrmCache {
+    /// The copies of the rows a batch stores if its writes succeed (see
+    /// [`OrmCache::after_batch`]), one per item (`None` where nothing would be
+    /// stored). A client builds them while the server works on the batch.
+    pub(crate) fn prepare_batch(&self, items: &[BatchItem<'_>]) -> Vec<Option<Arc<OwnedRow>>> {
+        if self.tables.is_empty() {
+            return Vec::new();
+        }
+        let mut last: Option<(&Table, bool)> = None;
+        items
+            .iter()
+            .map(|item| {
+                let cached = match last {
+                    Some((t, c)) if std::ptr::eq(t, item.table) => c,
+                    _ => self.slot(item.table).is_some(),
+                };
+                last = Some((item.table, cached));
+                match item.op {
+                    BatchOp::Add { row, .. } | BatchOp::Update { row, fields: None } if cached => {
+                        Some(Arc::new(OwnedRow::from_fields(row)))
+                    }
+                    _ => None,
+                }
+            })
+            .collect()
+    }
+
+    /// [`OrmCache::after_write`] for every item of a batch and its result,
+    /// taking each lock once per run of items on the same table rather than
+    /// once per row. `prepared` holds the rows from
+    /// [`OrmCache::prepare_batch`], or is empty.
+    pub(crate) fn after_batch(
+        &self,
+        items: &[BatchItem<'_>],
+        results: &[BatchResult],
+        mut prepared: Vec<Option<Arc<OwnedRow>>>,
+        in_tx: bool,
+    ) {
+        if self.tables.is_empty() {
+            return;
+        }
+        let now = Instant::now();
+        let mut pending = Vec::new();
+        let mut locked = Locked::new(self);
+        for (k, (item, result)) in items.iter().zip(results).enumerate() {
+            let Some((t, rows)) = locked.get(item.table) else {
+                continue;
+            };
+            let copy = |row: &dyn Fields, id: Option<i64>, prepared: &mut Vec<_>| {
+                let mut r: Arc<OwnedRow> = prepared
+                    .get_mut(k)
+                    .and_then(Option::take)
+                    .unwrap_or_else(|| Arc::new(OwnedRow::from_fields(row)));
+                if let Some(id) = id {
+                    // Not shared yet: the copy was made for this item.
+                    Arc::make_mut(&mut r).id = id;
+                }
+                r
+            };
+            let (id, row) = match (&item.op, result) {
+                (BatchOp::Add { row, .. }, BatchResult::Added(id)) => {
+                    (*id, copy(*row, Some(*id), &mut prepared))
+                }
+                (BatchOp::Update { row, fields: None }, BatchResult::Done) => {
+                    (row.id(), copy(*row, None, &mut prepared))
+                }
+                (BatchOp::Update { row, .. }, _) => {
+                    remove(rows, row.id());
+                    continue;
+                }
+                (BatchOp::Delete { id }, _) => {
+                    remove(rows, *id);
+                    continue;
+                }
+                (BatchOp::Add { .. }, _) => continue,
+            };
+            if in_tx {
+                remove(rows, id);
+                if pending.capacity() == 0 {
+                    pending.reserve(items.len() - k);
+                }
+                pending.push((item.table, id, row));
+            } else {
+                if rows.is_empty() {
+                    rows.reserve(items.len().min(t.rule.max_entries));
+                }
+                t.store(rows, id, row, now);
+            }
+        }
+        drop(locked);
+        // Copies left over belong to failed writes; they go off the lock.
+        drop(prepared);
+        if !pending.is_empty() {
+            let me = std::thread::current().id();
+            let mut p = self.pending.lock().unwrap_or_else(PoisonError::into_inner);
+            let mine = pending.into_iter().map(|(table, id, row)| Pending {
+                thread: me,
+                table,
+                id,
+                row,
+            });
+            if p.is_empty() {
+                *p = mine.collect();
+            } else {
+                p.extend(mine);
+            }
+        }
+    }
+
     /// Stores the rows the calling thread wrote in its transaction, which has
     /// just committed.
     pub fn commit(&self) {
-        for r in self.take_pending() {
-            self.put(r);
+        let rows = self.take_pending();
+        let n = rows.len();
+        let now = Instant::now();
+        let mut locked = Locked::new(self);
+        for r in rows {
+            if let Some((t, map)) = locked.get(r.table) {
+                if map.is_empty() {
+                    map.reserve(n.min(t.rule.max_entries));
+                }
+                t.store(map, r.id, r.row, now);
+            }
         }
     }
 
     /// Forgets the rows the calling thread wrote in its transaction, which
     /// has just rolled back.
     pub fn rollback(&self) {
+        let mut locked = Locked::new(self);
         for r in self.take_pending() {
-            self.flush_id(r.table, r.id);
+            if let Some((_, map)) = locked.get(r.table) {
+                remove(map, r.id);
+            }
         }
     }
 
-    fn take_pending(&self) -> Vec<OwnedRow> {
+    fn take_pending(&self) -> Vec<Pending> {
         let me = std::thread::current().id();
         let mut p = self.pending.lock().unwrap_or_else(PoisonError::into_inner);
-        if p.is_empty() {
-            return Vec::new();
+        if p.iter().all(|r| r.thread == me) {
+            return std::mem::take(&mut *p);
         }
-        let (mine, rest): (Vec<_>, Vec<_>) = p.drain(..).partition(|(t, _)| *t == me);
+        let (mine, rest) = p.drain(..).partition(|r| r.thread == me);
         *p = rest;
-        mine.into_iter().map(|(_, r)| r).collect()
+        mine
+    }
+}
+
+/// Removes an entry, without hashing when the map is empty (as it is while
+/// a fresh cache fills).
+fn remove(rows: &mut Rows, id: i64) {
+    if !rows.is_empty() {
+        rows.remove(&id);
     }
 }
 
@@ -280,6 +476,17 @@ impl CachedEngine {
     /// The engine behind the cache.
     pub fn inner(&self) -> &Arc<dyn Storage> {
         &self.inner
+    }
+
+    /// Drops the cached rows that `items` update or delete.
+    fn flush_items(&self, items: &[BatchItem<'_>]) {
+        for item in items {
+            match item.op {
+                BatchOp::Update { row, .. } => self.cache.flush_id(item.table, row.id()),
+                BatchOp::Delete { id } => self.cache.flush_id(item.table, id),
+                BatchOp::Add { .. } => {}
+            }
+        }
     }
 }
 
@@ -391,13 +598,7 @@ impl Storage for CachedEngine {
         results: &mut Vec<BatchResult>,
         stop_on_error: bool,
     ) -> Result<()> {
-        for item in items {
-            match item.op {
-                BatchOp::Update { row, .. } => self.cache.flush_id(item.table, row.id()),
-                BatchOp::Delete { id } => self.cache.flush_id(item.table, id),
-                BatchOp::Add { .. } => {}
-            }
-        }
+        self.flush_items(items);
         let start = results.len();
         let r = self.inner.apply_batch(items, results, stop_on_error);
         let tx = self.inner.in_transaction();
@@ -405,6 +606,30 @@ impl Storage for CachedEngine {
             self.cache.after_write(item, res, tx);
         }
         r
+    }
+
+    fn apply_batch_in_transaction(
+        &self,
+        items: &[BatchItem<'_>],
+        results: &mut Vec<BatchResult>,
+        stop_on_error: bool,
+        rollback_on_error: bool,
+    ) -> Option<Result<()>> {
+        self.flush_items(items);
+        let start = results.len();
+        let r = self.inner.apply_batch_in_transaction(
+            items,
+            results,
+            stop_on_error,
+            rollback_on_error,
+        )?;
+        // Committed (or undone) before returning: nothing waits for a commit.
+        if r.is_ok() {
+            for (item, res) in items.iter().zip(&results[start..]) {
+                self.cache.after_write(item, res, false);
+            }
+        }
+        Some(r)
     }
 
     fn expose(&self, table: &'static Table, engine: Arc<dyn Storage>) -> Result<bool> {

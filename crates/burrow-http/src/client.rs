@@ -16,10 +16,10 @@
 //! - An [`OrmCache`] may keep rows by ID; see [`RemoteBuilder::cache`].
 
 use std::collections::HashMap;
-use std::io::{Read, Write};
+use std::io::{IoSlice, Read, Write};
 use std::net::{SocketAddr, TcpStream, ToSocketAddrs};
 use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::{Mutex, OnceLock, PoisonError};
+use std::sync::{Arc, Mutex, OnceLock, PoisonError};
 use std::thread::ThreadId;
 use std::time::{Duration, Instant};
 
@@ -311,9 +311,31 @@ impl RemoteEngine {
 
     /// Sends one request; `path` is relative to the root (`Sample/1?…`).
     fn call(&self, method: &str, path: &str, body: &[u8]) -> Result<Reply> {
-        let mut req = Vec::with_capacity(256 + body.len());
-        self.write_head(&mut req, method, path, body.len());
-        req.extend_from_slice(body);
+        self.call_with(method, path, body, &mut || {})
+    }
+
+    /// [`RemoteEngine::call`], running `waiting` once the request is sent and
+    /// before its answer is read.
+    fn call_with(
+        &self,
+        method: &str,
+        path: &str,
+        body: &[u8],
+        waiting: &mut dyn FnMut(),
+    ) -> Result<Reply> {
+        let mut head = Vec::with_capacity(256 + body.len().min(SMALL_BODY));
+        self.write_head(&mut head, method, path, body.len());
+        // A small body travels in the head's buffer (one write); a large one
+        // is written from where it is, not copied.
+        let req = if body.len() <= SMALL_BODY {
+            head.extend_from_slice(body);
+            Request {
+                head: &head,
+                body: b"",
+            }
+        } else {
+            Request { head: &head, body }
+        };
         let me = std::thread::current().id();
         if self.tx_count.load(Ordering::Acquire) > 0 {
             let pinned = self
@@ -322,7 +344,7 @@ impl RemoteEngine {
                 .unwrap_or_else(PoisonError::into_inner)
                 .remove(&me);
             if let Some(mut c) = pinned {
-                let r = exchange(&mut c, &req);
+                let r = exchange(&mut c, req, waiting);
                 if r.as_ref().is_ok_and(|(_, keep)| *keep) {
                     self.tx
                         .lock()
@@ -346,11 +368,11 @@ impl RemoteEngine {
             Some(c) => c,
             None => self.open_conn()?,
         };
-        let (reply, keep) = match exchange(&mut conn, &req) {
+        let (reply, keep) = match exchange(&mut conn, req, waiting) {
             Ok(r) => r,
             Err(Retry::Yes(_)) if conn.reused => {
                 conn = self.open_conn()?;
-                exchange(&mut conn, &req).map_err(Retry::into_error)?
+                exchange(&mut conn, req, waiting).map_err(Retry::into_error)?
             }
             Err(e) => return Err(e.into_error()),
         };
@@ -437,13 +459,43 @@ impl Retry {
     }
 }
 
+/// Bodies up to this size are copied behind the head and sent with it.
+const SMALL_BODY: usize = 16 * 1024;
+
+/// A request to send: its head, then its body.
+#[derive(Clone, Copy)]
+struct Request<'a> {
+    head: &'a [u8],
+    body: &'a [u8],
+}
+
+/// Writes both parts of `req`, in as few system calls as the socket takes.
+fn write_request(stream: &mut TcpStream, req: Request<'_>) -> std::io::Result<()> {
+    let (mut head, mut body) = (req.head, req.body);
+    while !head.is_empty() {
+        let n = stream.write_vectored(&[IoSlice::new(head), IoSlice::new(body)])?;
+        if n == 0 {
+            return Err(std::io::ErrorKind::WriteZero.into());
+        }
+        let from_head = n.min(head.len());
+        head = &head[from_head..];
+        body = &body[n - from_head..];
+    }
+    stream.write_all(body)
+}
+
 /// Writes a request and reads its response; the flag says whether the
 /// connection can be kept.
-fn exchange(c: &mut Conn, req: &[u8]) -> std::result::Result<(Reply, bool), Retry> {
+fn exchange(
+    c: &mut Conn,
+    req: Request<'_>,
+    waiting: &mut dyn FnMut(),
+) -> std::result::Result<(Reply, bool), Retry> {
     c.buf.clear();
-    if let Err(e) = c.stream.write_all(req) {
+    if let Err(e) = write_request(&mut c.stream, req) {
         return Err(Retry::Yes(e.into()));
     }
+    waiting();
     loop {
         let mut headers = [httparse::EMPTY_HEADER; 32];
         let mut resp = httparse::Response::new(&mut headers);
@@ -509,6 +561,34 @@ fn read_more(c: &mut Conn) -> Result<()> {
     }
     c.buf.extend_from_slice(&chunk[..n]);
     Ok(())
+}
+
+/// A compact array of integers (`[1,2,200]`, as Burrow and mORMot servers
+/// write batch results), `None` for anything else.
+fn integers(body: &[u8], hint: usize) -> Option<Vec<i64>> {
+    let inner = body.trim_ascii().strip_prefix(b"[")?.strip_suffix(b"]")?;
+    let mut out = Vec::with_capacity(hint);
+    if inner.is_empty() {
+        return Some(out);
+    }
+    for n in inner.split(|c| *c == b',') {
+        let (neg, digits) = match n.split_first() {
+            Some((b'-', rest)) => (true, rest),
+            _ => (false, n),
+        };
+        if digits.is_empty() || digits.len() > 18 || !digits.iter().all(u8::is_ascii_digit) {
+            return None;
+        }
+        let v = digits
+            .iter()
+            .fold(0i64, |acc, d| acc * 10 + i64::from(d - b'0'));
+        out.push(if neg { -v } else { v });
+    }
+    Some(out)
+}
+
+fn mismatch() -> Error {
+    Error::engine(ENGINE, "the batch results do not match its items")
 }
 
 fn result_of(body: &[u8]) -> Result<String> {
@@ -818,91 +898,39 @@ impl Storage for RemoteEngine {
         if items.is_empty() {
             return Ok(());
         }
-        let mut body = Vec::with_capacity(items.len() * 128);
-        body.extend_from_slice(b"[\"stopOnError\",");
-        body.extend_from_slice(if stop_on_error { b"true" } else { b"false" });
-        for item in items {
-            body.push(b',');
-            let t = item.table.name;
-            match item.op {
-                BatchOp::Add { id: None, row } => {
-                    body.extend_from_slice(format!("\"SIMPLE@{t}\",").as_bytes());
-                    json::write_simple(&mut body, row, JsonDialect::Exact);
-                }
-                BatchOp::Add { id: Some(id), row } => {
-                    body.extend_from_slice(format!("\"POST@{t}\",").as_bytes());
-                    let mut r = OwnedRow::from_fields(row);
-                    r.id = id;
-                    json::write_fields(&mut body, &r, None, true, JsonDialect::Exact);
-                }
-                BatchOp::Update { row, fields } => {
-                    self.cache.flush_id(item.table, row.id());
-                    body.extend_from_slice(format!("\"PUT@{t}\",").as_bytes());
-                    json::write_fields(&mut body, row, fields, true, JsonDialect::Exact);
-                }
-                BatchOp::Delete { id } => {
-                    self.cache.flush_id(item.table, id);
-                    body.extend_from_slice(format!("\"DELETE@{t}\",{id}").as_bytes());
-                }
-            }
+        let body = self.batch_body(items, stop_on_error, None);
+        // The cache's copies of the rows are made while the server works.
+        let mut prepared = Vec::new();
+        let r = self.call_with("PUT", "Batch", &body, &mut || {
+            prepared = self.cache.prepare_batch(items);
+        })?;
+        drop(body);
+        self.batch_results(items, &r, results, prepared)
+    }
+
+    /// The server runs the batch under its own transaction: one request, where
+    /// `begin`, the batch and `commit` would be three round trips and a
+    /// transaction thread on the server.
+    fn apply_batch_in_transaction(
+        &self,
+        items: &[BatchItem<'_>],
+        results: &mut Vec<BatchResult>,
+        stop_on_error: bool,
+        rollback_on_error: bool,
+    ) -> Option<Result<()>> {
+        if self.in_transaction() {
+            return None;
         }
-        body.push(b']');
-        let r = self.one("PUT", "Batch", &body)?;
-        if r.status != 200 {
-            let err = r.error(Some(items[0].table));
-            let index = serde_json::from_slice::<serde_json::Value>(&r.body)
-                .ok()
-                .and_then(|v| v.get("index").and_then(|i| i.as_u64()));
-            return Err(match index {
-                Some(index) => Error::Batch {
-                    index: index as usize,
-                    source: Box::new(err),
-                },
-                None => err,
-            });
+        if items.is_empty() {
+            return Some(Ok(()));
         }
-        // The common answer is all numbers: read it without a JSON tree.
-        let arr: Vec<serde_json::Value> = match serde_json::from_slice::<Vec<i64>>(&r.body) {
-            Ok(nums) => nums.into_iter().map(serde_json::Value::from).collect(),
-            Err(_) => serde_json::from_slice(&r.body)
-                .map_err(|e| Error::engine(ENGINE, format!("invalid batch results: {e}")))?,
-        };
-        if arr.len() != items.len() {
-            return Err(Error::engine(
-                ENGINE,
-                "the batch results do not match its items",
-            ));
-        }
-        let in_tx = self.in_transaction();
-        for (item, v) in items.iter().zip(arr) {
-            let res = match (&item.op, v) {
-                (_, serde_json::Value::Object(o)) => {
-                    let status = o.get("errorCode").and_then(|c| c.as_u64()).unwrap_or(500) as u16;
-                    let text = o
-                        .get("errorText")
-                        .and_then(|t| t.as_str())
-                        .unwrap_or("")
-                        .to_owned();
-                    let reply = Reply {
-                        status,
-                        body: serde_json::json!({ "errorText": text })
-                            .to_string()
-                            .into_bytes(),
-                        location: None,
-                    };
-                    BatchResult::Failed(Box::new(reply.error(Some(item.table))))
-                }
-                (BatchOp::Add { .. }, v) => BatchResult::Added(
-                    v.as_i64()
-                        .ok_or_else(|| Error::engine(ENGINE, "a batch add without its ID"))?,
-                ),
-                (_, v) if v.as_u64() == Some(404) => BatchResult::Missing,
-                _ => BatchResult::Done,
-            };
-            self.cache.after_write(item, &res, in_tx);
-            results.push(res);
-        }
-        Ok(())
+        let body = self.batch_body(items, stop_on_error, Some(rollback_on_error));
+        let mut prepared = Vec::new();
+        let r = self.call_with("PUT", "Batch", &body, &mut || {
+            prepared = self.cache.prepare_batch(items);
+        });
+        drop(body);
+        Some(r.and_then(|r| self.batch_results(items, &r, results, prepared)))
     }
 
     fn sql_select(
@@ -939,13 +967,17 @@ impl Storage for RemoteEngine {
             Some(c) => c,
             None => self.open_conn()?,
         };
-        let mut req = Vec::new();
-        self.write_head(&mut req, "BEGIN", "", 0);
-        let (reply, keep) = match exchange(&mut conn, &req) {
+        let mut head = Vec::new();
+        self.write_head(&mut head, "BEGIN", "", 0);
+        let req = Request {
+            head: &head,
+            body: b"",
+        };
+        let (reply, keep) = match exchange(&mut conn, req, &mut || {}) {
             Ok(r) => r,
             Err(Retry::Yes(_)) if conn.reused => {
                 conn = self.open_conn()?;
-                exchange(&mut conn, &req).map_err(Retry::into_error)?
+                exchange(&mut conn, req, &mut || {}).map_err(Retry::into_error)?
             }
             Err(e) => return Err(e.into_error()),
         };
@@ -992,6 +1024,138 @@ impl Storage for RemoteEngine {
 }
 
 impl RemoteEngine {
+    /// The body of a batch request for `items`; with `own_transaction`
+    /// (`Some(rollback_on_error)`) the server runs it in one transaction.
+    fn batch_body(
+        &self,
+        items: &[BatchItem<'_>],
+        stop_on_error: bool,
+        own_transaction: Option<bool>,
+    ) -> Vec<u8> {
+        let mut body = Vec::with_capacity(items.len() * 160 + 64);
+        body.extend_from_slice(b"[\"stopOnError\",");
+        body.extend_from_slice(if stop_on_error { b"true" } else { b"false" });
+        if let Some(rollback_on_error) = own_transaction {
+            body.extend_from_slice(b",\"automaticTransactionPerRow\",");
+            body.extend_from_slice(itoa::Buffer::new().format(items.len()).as_bytes());
+            if rollback_on_error {
+                body.extend_from_slice(b",\"rollbackOnError\",true");
+            }
+        }
+        let mut simple = json::SimpleWriter::new();
+        for item in items {
+            body.push(b',');
+            let verb = |body: &mut Vec<u8>, verb: &[u8]| {
+                body.push(b'"');
+                body.extend_from_slice(verb);
+                body.push(b'@');
+                body.extend_from_slice(item.table.name.as_bytes());
+                body.extend_from_slice(b"\",");
+            };
+            match item.op {
+                BatchOp::Add { id: None, row } => {
+                    verb(&mut body, b"SIMPLE");
+                    simple.write(&mut body, row, JsonDialect::Exact);
+                }
+                BatchOp::Add { id: Some(id), row } => {
+                    verb(&mut body, b"POST");
+                    let mut r = OwnedRow::from_fields(row);
+                    r.id = id;
+                    json::write_fields(&mut body, &r, None, true, JsonDialect::Exact);
+                }
+                BatchOp::Update { row, fields } => {
+                    self.cache.flush_id(item.table, row.id());
+                    verb(&mut body, b"PUT");
+                    json::write_fields(&mut body, row, fields, true, JsonDialect::Exact);
+                }
+                BatchOp::Delete { id } => {
+                    self.cache.flush_id(item.table, id);
+                    verb(&mut body, b"DELETE");
+                    body.extend_from_slice(itoa::Buffer::new().format(id).as_bytes());
+                }
+            }
+        }
+        body.push(b']');
+        body
+    }
+
+    /// Reads the answer to a batch request for `items` into `results`, and
+    /// updates the cache (`prepared`: see [`OrmCache::prepare_batch`]).
+    fn batch_results(
+        &self,
+        items: &[BatchItem<'_>],
+        r: &Reply,
+        results: &mut Vec<BatchResult>,
+        prepared: Vec<Option<Arc<OwnedRow>>>,
+    ) -> Result<()> {
+        if r.status != 200 {
+            let err = r.error(Some(items[0].table));
+            let index = serde_json::from_slice::<serde_json::Value>(&r.body)
+                .ok()
+                .and_then(|v| v.get("index").and_then(|i| i.as_u64()));
+            return Err(match index {
+                Some(index) => Error::Batch {
+                    index: index as usize,
+                    source: Box::new(err),
+                },
+                None => err,
+            });
+        }
+        let start = results.len();
+        // The common answer is all numbers: read it without a JSON tree.
+        if let Some(nums) = integers(&r.body, items.len()) {
+            if nums.len() != items.len() {
+                return Err(mismatch());
+            }
+            results.reserve(items.len());
+            for (item, n) in items.iter().zip(nums) {
+                results.push(match item.op {
+                    BatchOp::Add { .. } => BatchResult::Added(n),
+                    _ if n == 404 => BatchResult::Missing,
+                    _ => BatchResult::Done,
+                });
+            }
+        } else {
+            let arr: Vec<serde_json::Value> = serde_json::from_slice(&r.body)
+                .map_err(|e| Error::engine(ENGINE, format!("invalid batch results: {e}")))?;
+            if arr.len() != items.len() {
+                return Err(mismatch());
+            }
+            for (item, v) in items.iter().zip(arr) {
+                results.push(match (&item.op, v) {
+                    (_, serde_json::Value::Object(o)) => {
+                        let status =
+                            o.get("errorCode").and_then(|c| c.as_u64()).unwrap_or(500) as u16;
+                        let text = o
+                            .get("errorText")
+                            .and_then(|t| t.as_str())
+                            .unwrap_or("")
+                            .to_owned();
+                        let reply = Reply {
+                            status,
+                            body: serde_json::json!({ "errorText": text })
+                                .to_string()
+                                .into_bytes(),
+                            location: None,
+                        };
+                        BatchResult::Failed(Box::new(reply.error(Some(item.table))))
+                    }
+                    (BatchOp::Add { .. }, v) => BatchResult::Added(
+                        v.as_i64()
+                            .ok_or_else(|| Error::engine(ENGINE, "a batch add without its ID"))?,
+                    ),
+                    (_, v) if v.as_u64() == Some(404) => BatchResult::Missing,
+                    _ => BatchResult::Done,
+                });
+            }
+        }
+        self.cache
+            .after_batch(items, &results[start..], prepared, self.in_transaction());
+        Ok(())
+    }
+}
+
+impl RemoteEngine {
     fn end(&self, verb: &str) -> Result<()> {
         let me = std::thread::current().id();
         let conn = self
@@ -1003,9 +1167,13 @@ impl RemoteEngine {
             return Err(Error::Transaction("no transaction is open on this thread"));
         };
         self.tx_count.fetch_sub(1, Ordering::AcqRel);
-        let mut req = Vec::new();
-        self.write_head(&mut req, verb, "", 0);
-        let r = exchange(&mut conn, &req).map_err(Retry::into_error);
+        let mut head = Vec::new();
+        self.write_head(&mut head, verb, "", 0);
+        let req = Request {
+            head: &head,
+            body: b"",
+        };
+        let r = exchange(&mut conn, req, &mut || {}).map_err(Retry::into_error);
         let ok = matches!(&r, Ok((reply, _)) if reply.status == 200);
         if ok && verb == "END" {
             self.cache.commit();

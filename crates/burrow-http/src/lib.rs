@@ -20,7 +20,7 @@
 //!
 //! - [`Server`], [`ServerBuilder`], [`Limits`], [`Execution`]: the server
 //!   (`server.rs`: the event loop; `rest.rs`: the routes; `batch.rs`: batch
-//!   bodies; `sql.rs`: the SELECT subset it accepts).
+//!   bodies, read by `reader.rs`; `sql.rs`: the SELECT subset it accepts).
 //! - [`Auth`], [`Group`], [`Rights`]: access control (`auth.rs`).
 //! - [`RemoteEngine`], [`RemoteBuilder`], [`RemoteError`]: the client (`client.rs`).
 //! - [`OrmCache`], [`CachedEngine`]: the ORM cache (`cache.rs`).
@@ -34,6 +34,7 @@ mod batch;
 mod cache;
 mod client;
 mod http;
+mod reader;
 mod rest;
 mod server;
 mod sql;

@@ -1,0 +1,683 @@
+//! A strict, streaming JSON reader over a request body, turning values into
+//! a field's typed [`Value`] as they are met.
+//!
+//! Batch bodies carry thousands of rows; reading them without a JSON tree,
+//! and converting the common shapes (text, integers, amounts, ISO dates) in
+//! place, is what keeps a remote batch close to an in-process one. Anything
+//! unusual for its field goes through [`json::parse_value`], so the accepted
+//! forms and the error messages stay those of the rest of the server.
+
+use std::borrow::Cow;
+
+use burrow_core::chrono::{DateTime, NaiveDate, NaiveTime, Utc};
+use burrow_core::datetime::{parse_date, parse_datetime};
+use burrow_core::{json, Currency, Error, FieldKind, Result, Table, Value};
+use serde_json::Value as J;
+
+/// How deeply arrays and objects may nest (as serde_json allows).
+const MAX_DEPTH: u32 = 128;
+
+pub(crate) struct Reader<'a> {
+    s: &'a str,
+    pos: usize,
+    /// The last date-time read and its text: the rows of a batch share their
+    /// automatic times, stamped once for all.
+    last_datetime: Option<(&'a str, DateTime<Utc>)>,
+}
+
+impl<'a> Reader<'a> {
+    pub fn new(s: &'a str) -> Self {
+        Reader {
+            s,
+            pos: 0,
+            last_datetime: None,
+        }
+    }
+
+    fn bytes(&self) -> &'a [u8] {
+        self.s.as_bytes()
+    }
+
+    #[cold]
+    #[inline(never)]
+    pub fn fail<T>(&self, what: &str) -> Result<T> {
+        Err(Error::BadInput(format!("{what} at byte {}", self.pos)))
+    }
+
+    /// How many bytes are left to read.
+    pub fn remaining(&self) -> usize {
+        self.s.len() - self.pos
+    }
+
+    fn ws(&mut self) {
+        let b = self.bytes();
+        while let Some(b' ' | b'\t' | b'\n' | b'\r') = b.get(self.pos) {
+            self.pos += 1;
+        }
+    }
+
+    /// The next byte that is not whitespace, not consumed.
+    pub fn peek(&mut self) -> Option<u8> {
+        self.ws();
+        self.bytes().get(self.pos).copied()
+    }
+
+    /// Consumes `c` if it comes next.
+    pub fn eat(&mut self, c: u8) -> bool {
+        if self.peek() == Some(c) {
+            self.pos += 1;
+            true
+        } else {
+            false
+        }
+    }
+
+    pub fn expect(&mut self, c: u8) -> Result<()> {
+        if self.eat(c) {
+            Ok(())
+        } else {
+            self.fail(&format!("expected '{}'", c as char))
+        }
+    }
+
+    /// Opens an array; `false` when it is empty (and already closed).
+    pub fn open_array(&mut self) -> Result<bool> {
+        self.expect(b'[')?;
+        Ok(!self.eat(b']'))
+    }
+
+    /// After an element: `true` on `,` (another one follows), `false` on the
+    /// closing `close`.
+    pub fn more(&mut self, close: u8) -> Result<bool> {
+        // Compact bodies have no whitespace between items.
+        match self.bytes().get(self.pos) {
+            Some(b',') => {
+                self.pos += 1;
+                return Ok(true);
+            }
+            Some(&c) if c == close => {
+                self.pos += 1;
+                return Ok(false);
+            }
+            _ => {}
+        }
+        match self.peek() {
+            Some(b',') => {
+                self.pos += 1;
+                Ok(true)
+            }
+            Some(c) if c == close => {
+                self.pos += 1;
+                Ok(false)
+            }
+            _ => self.fail(&format!("expected ',' or '{}'", close as char)),
+        }
+    }
+
+    /// Only whitespace may follow the body's value.
+    pub fn end(&mut self) -> Result<()> {
+        match self.peek() {
+            None => Ok(()),
+            Some(_) => self.fail("trailing characters"),
+        }
+    }
+
+    /// A key without quotes, as mORMot clients write the outer one:
+    /// `{Sample:[…]}`.
+    pub fn bare_key(&mut self) -> Option<&'a str> {
+        self.ws();
+        let start = self.pos;
+        let n = self.bytes()[start..]
+            .iter()
+            .take_while(|c| c.is_ascii_alphanumeric() || **c == b'_')
+            .count();
+        self.pos += n;
+        (n > 0).then(|| &self.s[start..start + n])
+    }
+
+    /// Consumes the string `"text"` if it comes next, byte for byte. `text`
+    /// must hold nothing a string escapes (as the text of a string borrowed
+    /// from a body does), so that a match is that very string.
+    pub fn eat_quoted(&mut self, text: &str) -> bool {
+        self.ws();
+        let b = &self.bytes()[self.pos..];
+        let n = text.len();
+        let hit =
+            b.len() > n + 1 && b[0] == b'"' && b[n + 1] == b'"' && &b[1..=n] == text.as_bytes();
+        if hit {
+            self.pos += n + 2;
+        }
+        hit
+    }
+
+    /// A string, borrowed from the body unless it holds escapes.
+    pub fn string(&mut self) -> Result<Cow<'a, str>> {
+        if self.peek() != Some(b'"') {
+            return self.fail("expected a string");
+        }
+        let b = self.bytes();
+        let start = self.pos + 1;
+        let mut i = start;
+        loop {
+            // Eight bytes at a time, up to the first one that may end the run.
+            while let Some(chunk) = b.get(i..i + 8) {
+                let found =
+                    json::needs_escape(u64::from_le_bytes(chunk.try_into().expect("eight bytes")));
+                if found != 0 {
+                    i += found.trailing_zeros() as usize / 8;
+                    break;
+                }
+                i += 8;
+            }
+            match b.get(i) {
+                Some(b'"') => {
+                    self.pos = i + 1;
+                    return Ok(Cow::Borrowed(&self.s[start..i]));
+                }
+                Some(b'\\') => {
+                    self.pos = i;
+                    let mut out = String::with_capacity(i - start + 16);
+                    out.push_str(&self.s[start..i]);
+                    return self.escaped(out).map(Cow::Owned);
+                }
+                Some(0..=0x1f) => {
+                    self.pos = i;
+                    return self.fail("a control character in a string");
+                }
+                Some(_) => i += 1,
+                None => {
+                    self.pos = i;
+                    return self.fail("an unterminated string");
+                }
+            }
+        }
+    }
+
+    /// The rest of a string from an escape at `self.pos`.
+    #[inline(never)]
+    fn escaped(&mut self, mut out: String) -> Result<String> {
+        let b = self.bytes();
+        loop {
+            let run = self.pos;
+            while let Some(&c) = b.get(self.pos) {
+                if c == b'"' || c == b'\\' || c < 0x20 {
+                    break;
+                }
+                self.pos += 1;
+            }
+            out.push_str(&self.s[run..self.pos]);
+            match b.get(self.pos) {
+                Some(b'"') => {
+                    self.pos += 1;
+                    return Ok(out);
+                }
+                Some(b'\\') => {
+                    let c = match b.get(self.pos + 1) {
+                        Some(b'"') => '"',
+                        Some(b'\\') => '\\',
+                        Some(b'/') => '/',
+                        Some(b'b') => '\u{8}',
+                        Some(b'f') => '\u{c}',
+                        Some(b'n') => '\n',
+                        Some(b'r') => '\r',
+                        Some(b't') => '\t',
+                        Some(b'u') => {
+                            self.pos += 2;
+                            out.push(self.unicode_escape()?);
+                            continue;
+                        }
+                        _ => return self.fail("an invalid escape"),
+                    };
+                    out.push(c);
+                    self.pos += 2;
+                }
+                Some(_) => return self.fail("a control character in a string"),
+                None => return self.fail("an unterminated string"),
+            }
+        }
+    }
+
+    fn hex4(&mut self) -> Result<u32> {
+        let digits = self
+            .bytes()
+            .get(self.pos..self.pos + 4)
+            .and_then(|h| std::str::from_utf8(h).ok())
+            .filter(|h| h.bytes().all(|c| c.is_ascii_hexdigit()))
+            .and_then(|h| u32::from_str_radix(h, 16).ok());
+        match digits {
+            Some(v) => {
+                self.pos += 4;
+                Ok(v)
+            }
+            None => self.fail("an invalid \\u escape"),
+        }
+    }
+
+    /// The character of a `\u` escape whose four digits start at `self.pos`
+    /// (a surrogate pair takes the following `\u` too).
+    fn unicode_escape(&mut self) -> Result<char> {
+        let hi = self.hex4()?;
+        let code = match hi {
+            0xD800..=0xDBFF => {
+                if self.bytes().get(self.pos..self.pos + 2) != Some(b"\\u") {
+                    return self.fail("a lone surrogate in a \\u escape");
+                }
+                self.pos += 2;
+                let lo = self.hex4()?;
+                if !(0xDC00..=0xDFFF).contains(&lo) {
+                    return self.fail("a lone surrogate in a \\u escape");
+                }
+                0x10000 + ((hi - 0xD800) << 10) + (lo - 0xDC00)
+            }
+            0xDC00..=0xDFFF => return self.fail("a lone surrogate in a \\u escape"),
+            v => v,
+        };
+        match char::from_u32(code) {
+            Some(c) => Ok(c),
+            None => self.fail("an invalid \\u escape"),
+        }
+    }
+
+    /// A number's text, checked against JSON's grammar.
+    pub fn number(&mut self) -> Result<&'a str> {
+        self.ws();
+        let b = self.bytes();
+        let start = self.pos;
+        let digits = |i: &mut usize| {
+            let from = *i;
+            while b.get(*i).is_some_and(u8::is_ascii_digit) {
+                *i += 1;
+            }
+            *i > from
+        };
+        let mut i = start;
+        if b.get(i) == Some(&b'-') {
+            i += 1;
+        }
+        match b.get(i) {
+            Some(b'0') => i += 1,
+            Some(b'1'..=b'9') => {
+                digits(&mut i);
+            }
+            _ => return self.fail("an invalid number"),
+        }
+        if b.get(i) == Some(&b'.') {
+            i += 1;
+            if !digits(&mut i) {
+                self.pos = i;
+                return self.fail("an invalid number");
+            }
+        }
+        if let Some(b'e' | b'E') = b.get(i) {
+            i += 1;
+            if let Some(b'+' | b'-') = b.get(i) {
+                i += 1;
+            }
+            if !digits(&mut i) {
+                self.pos = i;
+                return self.fail("an invalid number");
+            }
+        }
+        self.pos = i;
+        Ok(&self.s[start..i])
+    }
+
+    fn literal(&mut self, word: &[u8]) -> Result<()> {
+        if self.bytes()[self.pos..].starts_with(word) {
+            self.pos += word.len();
+            Ok(())
+        } else {
+            self.fail("an invalid literal")
+        }
+    }
+
+    /// `true` or `false`.
+    pub fn boolean(&mut self) -> Result<bool> {
+        match self.peek() {
+            Some(b't') => self.literal(b"true").map(|()| true),
+            Some(b'f') => self.literal(b"false").map(|()| false),
+            _ => self.fail("expected a boolean"),
+        }
+    }
+
+    /// A non-negative integer that fits in a `u64`.
+    pub fn unsigned(&mut self) -> Result<u64> {
+        let at = self.pos;
+        match self.number()?.parse() {
+            Ok(v) => Ok(v),
+            Err(_) => {
+                self.pos = at;
+                self.fail("expected an unsigned integer")
+            }
+        }
+    }
+
+    /// Any value, checked, as its text.
+    pub fn raw(&mut self) -> Result<&'a str> {
+        self.ws();
+        let start = self.pos;
+        self.skip(0)?;
+        Ok(&self.s[start..self.pos])
+    }
+
+    fn skip(&mut self, depth: u32) -> Result<()> {
+        if depth > MAX_DEPTH {
+            return self.fail("nesting too deep");
+        }
+        match self.peek() {
+            Some(b'"') => {
+                self.string()?;
+            }
+            Some(b'-' | b'0'..=b'9') => {
+                self.number()?;
+            }
+            Some(b't') => self.literal(b"true")?,
+            Some(b'f') => self.literal(b"false")?,
+            Some(b'n') => self.literal(b"null")?,
+            Some(b'[') => {
+                if self.open_array()? {
+                    loop {
+                        self.skip(depth + 1)?;
+                        if !self.more(b']')? {
+                            break;
+                        }
+                    }
+                }
+            }
+            Some(b'{') => {
+                self.pos += 1;
+                if !self.eat(b'}') {
+                    loop {
+                        self.string()?;
+                        self.expect(b':')?;
+                        self.skip(depth + 1)?;
+                        if !self.more(b'}')? {
+                            break;
+                        }
+                    }
+                }
+            }
+            _ => return self.fail("expected a value"),
+        }
+        Ok(())
+    }
+
+    /// Any value, as a JSON tree (for the uncommon forms).
+    pub fn tree(&mut self) -> Result<J> {
+        let raw = self.raw()?;
+        serde_json::from_str(raw).map_err(|e| Error::BadInput(e.to_string()))
+    }
+
+    /// An ID: a positive integer, or a string of one (`None` for anything
+    /// else, as [`json::parse_id`] reads it).
+    pub fn id(&mut self) -> Result<Option<i64>> {
+        let id = match self.peek() {
+            Some(b'"') => self.string()?.parse::<i64>().ok(),
+            Some(b'-' | b'0'..=b'9') => self.number()?.parse::<i64>().ok(),
+            _ => {
+                self.raw()?;
+                None
+            }
+        };
+        Ok(id.filter(|id| *id > 0))
+    }
+
+    /// A date-time's text; `in_body` is the same text when it is borrowed
+    /// from the body, to be remembered.
+    fn datetime(&mut self, s: &str, in_body: Option<&'a str>) -> Option<Value> {
+        if let Some((text, t)) = self.last_datetime {
+            if text == s {
+                return Some(Value::DateTime(t));
+            }
+        }
+        let t = iso_datetime(s.as_bytes()).or_else(|| parse_datetime(s))?;
+        if let Some(text) = in_body {
+            self.last_datetime = Some((text, t));
+        }
+        Some(Value::DateTime(t))
+    }
+
+    /// The value of field `idx` of `table`, converted to the field's kind.
+    pub fn field(&mut self, table: &Table, idx: usize) -> Result<Value> {
+        let f = &table.fields[idx];
+        if f.kind == FieldKind::DateTime {
+            if let Some((text, t)) = self.last_datetime {
+                if self.eat_quoted(text) {
+                    return Ok(Value::DateTime(t));
+                }
+            }
+        }
+        if f.kind != FieldKind::Json {
+            match self.peek() {
+                Some(b'"') => {
+                    let s = self.string()?;
+                    let fast = match f.kind {
+                        FieldKind::Text => return Ok(Value::Text(s.into_owned())),
+                        FieldKind::Date if !s.is_empty() => parse_date(&s).map(Value::Date),
+                        FieldKind::DateTime if !s.is_empty() => {
+                            let in_body = match s {
+                                Cow::Borrowed(b) => Some(b),
+                                Cow::Owned(_) => None,
+                            };
+                            self.datetime(&s, in_body)
+                        }
+                        _ => None,
+                    };
+                    return match fast {
+                        Some(v) => Ok(v),
+                        None => json::parse_value(table, f, &J::String(s.into_owned())),
+                    };
+                }
+                Some(b'-' | b'0'..=b'9') => {
+                    let text = self.number()?;
+                    if let Some(v) = number_value(f.kind, text) {
+                        return Ok(v);
+                    }
+                    let v: J =
+                        serde_json::from_str(text).map_err(|e| Error::BadInput(e.to_string()))?;
+                    if f.kind == FieldKind::Currency {
+                        // Exact when the double is the nearest one to a
+                        // 4-decimal amount; anything else goes the slow way,
+                        // which refuses it.
+                        if let Some(c) = v
+                            .as_f64()
+                            .filter(|_| v.is_f64())
+                            .and_then(|x| Currency::from_f64(x).filter(|c| c.to_f64() == x))
+                        {
+                            return Ok(Value::Currency(c));
+                        }
+                    }
+                    return json::parse_value(table, f, &v);
+                }
+                _ => {}
+            }
+        }
+        let v = self.tree()?;
+        json::parse_value(table, f, &v)
+    }
+}
+
+/// The common numbers, converted without going through a double: integers
+/// for integer fields, and amounts with at most four decimals. `None` leaves
+/// the number to the general rules.
+fn number_value(kind: FieldKind, text: &str) -> Option<Value> {
+    let b = text.as_bytes();
+    // "-0" is a float to serde_json; leave it to the general path.
+    if b.starts_with(b"-0") {
+        return None;
+    }
+    match kind {
+        FieldKind::I64 | FieldKind::Reference(_) => text.parse().ok().map(Value::Int),
+        FieldKind::Currency => exact_currency(b).map(Value::Currency),
+        _ => None,
+    }
+}
+
+/// `-?digits(.digits)?` with at most four significant decimals and at most
+/// 15 significant digits in all: the amounts a double holds exactly, read
+/// straight from their digits.
+fn exact_currency(b: &[u8]) -> Option<Currency> {
+    let (neg, b) = match b.split_first() {
+        Some((b'-', rest)) => (true, rest),
+        _ => (false, b),
+    };
+    let (int, frac) = match b.iter().position(|c| *c == b'.') {
+        Some(p) if p + 1 < b.len() => (&b[..p], &b[p + 1..]),
+        Some(_) => return None,
+        None => (b, &b[..0]),
+    };
+    let frac_len = frac.len() - frac.iter().rev().take_while(|c| **c == b'0').count();
+    let frac = &frac[..frac_len];
+    if int.is_empty()
+        || frac.len() > 4
+        || int.len() + frac.len() > 15
+        || !int.iter().chain(frac).all(u8::is_ascii_digit)
+    {
+        return None;
+    }
+    let mut v: i64 = 0;
+    for &c in int.iter().chain(frac) {
+        v = v * 10 + i64::from(c - b'0');
+    }
+    for _ in frac.len()..4 {
+        v *= 10;
+    }
+    Some(Currency::from_scaled(if neg { -v } else { v }))
+}
+
+fn digits2(b: &[u8], at: usize) -> Option<u32> {
+    let (hi, lo) = (b[at].wrapping_sub(b'0'), b[at + 1].wrapping_sub(b'0'));
+    (hi < 10 && lo < 10).then(|| u32::from(hi) * 10 + u32::from(lo))
+}
+
+/// `YYYY-MM-DDThh:mm:ss[.fraction][Z]`, the form date-times are written in,
+/// read without the general parser's search for the separator. `None` for
+/// anything else (including a leap second), which the general parser then
+/// reads or refuses.
+fn iso_datetime(b: &[u8]) -> Option<DateTime<Utc>> {
+    if b.len() < 19
+        || b[4] != b'-'
+        || b[7] != b'-'
+        || b[10] != b'T'
+        || b[13] != b':'
+        || b[16] != b':'
+    {
+        return None;
+    }
+    let year = digits2(b, 0)? * 100 + digits2(b, 2)?;
+    let (month, day) = (digits2(b, 5)?, digits2(b, 8)?);
+    let (hour, min, sec) = (digits2(b, 11)?, digits2(b, 14)?, digits2(b, 17)?);
+    if sec >= 60 {
+        return None;
+    }
+    let mut end = 19;
+    let mut nanos = 0;
+    if b.get(19) == Some(&b'.') {
+        let mut scale = 100_000_000;
+        end = 20;
+        while let Some(d) = b.get(end).map(|c| c.wrapping_sub(b'0')).filter(|d| *d < 10) {
+            if scale == 0 {
+                return None;
+            }
+            nanos += u32::from(d) * scale;
+            scale /= 10;
+            end += 1;
+        }
+        if end == 20 {
+            return None;
+        }
+    }
+    if !matches!(&b[end..], [] | [b'Z']) {
+        return None;
+    }
+    let date = NaiveDate::from_ymd_opt(year as i32, month, day)?;
+    let time = NaiveTime::from_hms_nano_opt(hour, min, sec, nanos)?;
+    Some(date.and_time(time).and_utc())
+}
+
+#[cfg(test)]
+mod test {
+    use super::*;
+
+    #[test]
+    fn fast_datetimes_agree_with_the_general_parser() {
+        for s in [
+            "2024-02-29T23:59:59",
+            "2024-02-29T23:59:59Z",
+            "2024-02-29T00:00:00.000000001",
+            "1999-12-31T12:34:56.123456789Z",
+            "0001-01-01T00:00:00.5",
+            "2023-02-29T00:00:00",
+            "2024-13-01T00:00:00",
+            "2024-01-01T24:00:00",
+            "2024-01-01T23:59:60",
+            "2024-01-01T23:59:59.",
+            "2024-01-01T23:59:59.1234567891",
+            "2024-01-01T23:59:59+00:00",
+            "2024-01-01T23:59:59+02:00",
+            "2024-01-01 23:59:59",
+            "2024-01-01T23:59",
+            "2024-01-01Tab:cd:ef",
+        ] {
+            let fast = iso_datetime(s.as_bytes());
+            if fast.is_some() {
+                assert_eq!(fast, parse_datetime(s), "{s}");
+            }
+            let general = fast.or_else(|| parse_datetime(s));
+            assert_eq!(general, parse_datetime(s), "{s}");
+        }
+        assert!(iso_datetime(b"2024-02-29T23:59:59.25Z").is_some());
+    }
+
+    #[test]
+    fn exact_amounts_agree_with_doubles() {
+        for s in [
+            "0",
+            "1",
+            "0.5",
+            "12.25",
+            "-0.01",
+            "1234567.8901",
+            "99999999999.9999",
+            "3.10",
+            "7.00000",
+        ] {
+            let c = exact_currency(s.as_bytes()).unwrap();
+            let f: f64 = s.parse().unwrap();
+            assert_eq!(Some(c), Currency::from_f64(f), "{s}");
+            assert_eq!(c.to_f64(), f, "{s}");
+        }
+        for s in ["1.23456", "1e3", "1234567890123456", ".5", "5.", "-"] {
+            assert_eq!(exact_currency(s.as_bytes()), None, "{s}");
+        }
+    }
+
+    #[test]
+    fn strings_numbers_and_nesting() {
+        let mut r = Reader::new(r#" "a\"b\u00e9\ud83d\ude00" "plain" -12.5e3 [1,{"x":[]}] "#);
+        assert_eq!(r.string().unwrap(), "a\"bé😀");
+        assert!(matches!(r.string().unwrap(), Cow::Borrowed("plain")));
+        assert_eq!(r.number().unwrap(), "-12.5e3");
+        assert_eq!(r.raw().unwrap(), r#"[1,{"x":[]}]"#);
+        r.end().unwrap();
+        for bad in [
+            r#""\ud800""#,
+            r#""\x""#,
+            "\"a\u{1}\"",
+            r#""open"#,
+            "01",
+            "1.",
+            "-",
+            "1e",
+            "[1,]",
+            "{\"a\"}",
+            "tru",
+            "[1 2]",
+        ] {
+            let mut r = Reader::new(bad);
+            assert!(r.raw().and_then(|_| r.end()).is_err(), "{bad}");
+        }
+        let deep = "[".repeat(200) + &"]".repeat(200);
+        assert!(Reader::new(&deep).raw().is_err());
+    }
+}
