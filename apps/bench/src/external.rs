@@ -435,12 +435,12 @@ fn pg_sample(r: &burrow_sql::tokio_postgres::Row) -> Sample {
 }
 
 impl Target for PgRaw {
-    fn insert(&mut self, mode: Mode, rows: Vec<Sample>) -> Result<Vec<i64>, String> {
+    fn insert(&mut self, mode: Mode, rows: &mut Vec<Sample>) -> Result<Vec<i64>, String> {
         match mode {
-            Mode::Direct => self.one_by_one(&rows),
-            Mode::Batch => self.unnest(&rows),
-            Mode::Trans => self.in_tx(|| self.one_by_one(&rows)),
-            Mode::BatchTrans => self.in_tx(|| self.unnest(&rows)),
+            Mode::Direct => self.one_by_one(rows),
+            Mode::Batch => self.unnest(rows),
+            Mode::Trans => self.in_tx(|| self.one_by_one(rows)),
+            Mode::BatchTrans => self.in_tx(|| self.unnest(rows)),
             _ => Err("not an insert mode".into()),
         }
     }
@@ -641,12 +641,12 @@ impl MyRaw {
 }
 
 impl Target for MyRaw {
-    fn insert(&mut self, mode: Mode, rows: Vec<Sample>) -> Result<Vec<i64>, String> {
+    fn insert(&mut self, mode: Mode, rows: &mut Vec<Sample>) -> Result<Vec<i64>, String> {
         match mode {
-            Mode::Direct => self.one_by_one(&rows),
-            Mode::Batch => self.multi_row(&rows),
-            Mode::Trans => self.in_tx(|| self.one_by_one(&rows)),
-            Mode::BatchTrans => self.in_tx(|| self.multi_row(&rows)),
+            Mode::Direct => self.one_by_one(rows),
+            Mode::Batch => self.multi_row(rows),
+            Mode::Trans => self.in_tx(|| self.one_by_one(rows)),
+            Mode::BatchTrans => self.in_tx(|| self.multi_row(rows)),
             _ => Err("not an insert mode".into()),
         }
     }

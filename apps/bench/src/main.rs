@@ -7,6 +7,7 @@
 //! count, the exact sum of Amount, the content of sampled or all rows) before its
 //! figure is kept: a fast wrong answer fails the run.
 
+mod concurrency;
 mod external;
 mod memory;
 mod remote;
@@ -208,8 +209,22 @@ fn run(args: &Args) -> Result<(), String> {
     } else {
         None
     };
+    let mut threads = Vec::new();
+    if modes.contains(&Mode::ByOne) {
+        for (id, title) in concurrency::ENGINES {
+            if engines.iter().any(|e| e.id == id) {
+                bar.set_message(format!("{id}: by-one reads from several threads"));
+                let rates = concurrency::by_one(id, args.rows, args.repeat)
+                    .map_err(|e| format!("{id} concurrent by-one: {e}"))?;
+                threads.push((title, rates));
+            }
+        }
+    }
     bar.finish_and_clear();
     print!("{}", report(args, &engines, &cells));
+    if !threads.is_empty() {
+        print!("{}", threads_report(&threads));
+    }
     if let Some((save, load, size)) = persist {
         println!(
             "## Memory engine persistence\n\n{} rows in the binary file form (zstd): saved in {save:.3} s, loaded in {load:.3} s, file {:.1} MB ({} bytes); loaded rows verified.",
@@ -253,10 +268,11 @@ fn run_cell(
     let mut target = open(path)?;
     let since = Utc::now();
     if Mode::INSERTS.contains(&mode) {
-        let rows = make_all(n);
+        let mut rows = make_all(n);
         let start = Instant::now();
-        let ids = target.insert(mode, rows)?;
+        let ids = target.insert(mode, &mut rows)?;
         let secs = start.elapsed().as_secs_f64();
+        drop(rows);
         if ids.len() != n || ids.iter().enumerate().any(|(i, &id)| id != i as i64 + 1) {
             return Err(format!("returned {} IDs, not 1..={n} in order", ids.len()));
         }
@@ -264,7 +280,7 @@ fn run_cell(
         Ok(n as f64 / secs)
     } else {
         // Fill untimed with the fastest insert, then time the read.
-        target.insert(Mode::BatchTrans, make_all(n))?;
+        target.insert(Mode::BatchTrans, &mut make_all(n))?;
         verify_table(target.as_ref(), n, since)?;
         let start = Instant::now();
         let rows = target.read(mode, n)?;
@@ -272,6 +288,31 @@ fn run_cell(
         verify_read(&rows, n, since)?;
         Ok(n as f64 / secs)
     }
+}
+
+/// The concurrent-read table: one row per engine, objects per second for each
+/// thread count, and the gain of the most threads over one.
+fn threads_report(rows: &[(&str, Vec<f64>)]) -> String {
+    let t = &concurrency::THREADS;
+    let mut out = String::from(
+        "## Concurrent reads: By one from threads sharing one engine (objects/second, all threads)\n\n| engine |",
+    );
+    for n in t {
+        let _ = write!(out, " {n} thread{} |", if *n == 1 { "" } else { "s" });
+    }
+    let _ = writeln!(out, " {} ÷ 1 |", t[t.len() - 1]);
+    out.push_str("|---|");
+    out.push_str(&"---:|".repeat(t.len() + 1));
+    out.push('\n');
+    for (title, rates) in rows {
+        let _ = write!(out, "| {title} |");
+        for r in rates {
+            let _ = write!(out, " {} |", fmt_rate(*r));
+        }
+        let _ = writeln!(out, " {:.2} |", rates[rates.len() - 1] / rates[0]);
+    }
+    out.push('\n');
+    out
 }
 
 fn machine() -> String {

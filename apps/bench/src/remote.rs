@@ -51,7 +51,7 @@ struct RemoteTarget {
 }
 
 impl Target for RemoteTarget {
-    fn insert(&mut self, mode: Mode, rows: Vec<Sample>) -> Result<Vec<i64>, String> {
+    fn insert(&mut self, mode: Mode, rows: &mut Vec<Sample>) -> Result<Vec<i64>, String> {
         self.cached.insert(mode, rows)
     }
 
