@@ -371,7 +371,7 @@ fn char_len(b: u8) -> usize {
 mod test {
     use super::*;
     use crate::currency::Currency;
-    use crate::schema::{AutoTime, Field, FieldKind, Table};
+    use crate::schema::{Field, FieldKind, Table};
     use chrono::{NaiveDate, TimeZone, Utc};
 
     struct R(i64, Vec<Value>);
@@ -386,15 +386,7 @@ mod test {
     }
 
     const fn f(name: &'static str, kind: FieldKind) -> Field {
-        Field {
-            name,
-            column: name,
-            kind,
-            nullable: true,
-            unique: false,
-            indexed: false,
-            auto: AutoTime::No,
-        }
+        Field::new(name, kind).nullable()
     }
 
     static T: Table = Table {

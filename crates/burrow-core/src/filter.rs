@@ -656,18 +656,10 @@ impl Parser<'_> {
 #[cfg(test)]
 mod test {
     use super::*;
-    use crate::schema::{AutoTime, Field};
+    use crate::schema::Field;
 
     const fn f(name: &'static str, kind: FieldKind) -> Field {
-        Field {
-            name,
-            column: name,
-            kind,
-            nullable: true,
-            unique: false,
-            indexed: false,
-            auto: AutoTime::No,
-        }
+        Field::new(name, kind).nullable()
     }
 
     static T: Table = Table {

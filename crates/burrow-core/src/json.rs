@@ -923,14 +923,11 @@ mod test {
     use super::*;
 
     const fn f(name: &'static str, kind: FieldKind, auto: AutoTime, nullable: bool) -> Field {
-        Field {
-            name,
-            column: name,
-            kind,
-            nullable,
-            unique: false,
-            indexed: false,
-            auto,
+        let f = Field::new(name, kind).auto(auto);
+        if nullable {
+            f.nullable()
+        } else {
+            f
         }
     }
 

@@ -92,6 +92,35 @@ pub struct Field {
     pub auto: AutoTime,
 }
 
+impl Field {
+    /// A field stored in a column of its own name: NOT NULL, no index, no
+    /// automatic time. For tables declared by hand rather than derived.
+    pub const fn new(name: &'static str, kind: FieldKind) -> Field {
+        Field {
+            name,
+            column: name,
+            kind,
+            nullable: false,
+            unique: false,
+            indexed: false,
+            auto: AutoTime::No,
+        }
+    }
+
+    /// The same field, filled with the time as `auto` says.
+    pub const fn auto(self, auto: AutoTime) -> Field {
+        Field { auto, ..self }
+    }
+
+    /// The same field, allowed to be NULL.
+    pub const fn nullable(self) -> Field {
+        Field {
+            nullable: true,
+            ..self
+        }
+    }
+}
+
 /// A table: a name and its fields, in declaration order. Built once per record type
 /// by `#[derive(Record)]` and shared as `&'static`.
 #[derive(Debug, PartialEq, Eq, Hash)]

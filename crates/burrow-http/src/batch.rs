@@ -573,19 +573,11 @@ mod test {
     use burrow_core::{Field, FieldKind};
 
     const fn f(name: &'static str, auto: AutoTime) -> Field {
-        Field {
-            name,
-            column: name,
-            kind: if matches!(auto, AutoTime::No) {
-                FieldKind::Text
-            } else {
-                FieldKind::DateTime
-            },
-            nullable: false,
-            unique: false,
-            indexed: false,
-            auto,
-        }
+        let kind = match auto {
+            AutoTime::No => FieldKind::Text,
+            _ => FieldKind::DateTime,
+        };
+        Field::new(name, kind).auto(auto)
     }
 
     static T: Table = Table {

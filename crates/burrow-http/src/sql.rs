@@ -344,19 +344,11 @@ fn projection(table: &'static Table, text: &str) -> Result<Projection, SqlError>
 #[cfg(test)]
 mod test {
     use super::*;
-    use burrow_core::{AutoTime, Field, FieldKind, Value};
+    use burrow_core::{Field, FieldKind, Value};
 
     static T: Table = Table {
         name: "Sample",
-        fields: &[Field {
-            name: "LastName",
-            column: "LastName",
-            kind: FieldKind::Text,
-            nullable: false,
-            unique: false,
-            indexed: false,
-            auto: AutoTime::No,
-        }],
+        fields: &[Field::new("LastName", FieldKind::Text)],
     };
 
     fn model() -> Model {
