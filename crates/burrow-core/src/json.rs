@@ -273,26 +273,12 @@ impl SimpleWriter {
     }
 }
 
-/// A value as an engine stores it (a currency as its scaled integer, a
-/// boolean as 0/1, a date as text) turned back into the field's typed value.
+/// A value as an engine stores it turned back into the field's typed value
+/// (see [`FieldKind::typed`]).
 fn typed<'a>(field: Option<&Field>, v: &'a ValueRef<'a>) -> Cow<'a, ValueRef<'a>> {
-    let Some(f) = field else {
-        return Cow::Borrowed(v);
-    };
-    match (f.kind, v) {
-        (FieldKind::Currency, ValueRef::Int(i)) => {
-            Cow::Owned(ValueRef::Currency(Currency::from_scaled(*i)))
-        }
-        (FieldKind::Bool, ValueRef::Int(i)) => Cow::Owned(ValueRef::Bool(*i != 0)),
-        (FieldKind::Date, ValueRef::Text(t)) => match parse_date(t) {
-            Some(d) => Cow::Owned(ValueRef::Date(d)),
-            None => Cow::Borrowed(v),
-        },
-        (FieldKind::DateTime, ValueRef::Text(t)) => match parse_datetime(t) {
-            Some(d) => Cow::Owned(ValueRef::DateTime(d)),
-            None => Cow::Borrowed(v),
-        },
-        _ => Cow::Borrowed(v),
+    match field.and_then(|f| f.kind.typed(v)) {
+        Some(t) => Cow::Owned(t),
+        None => Cow::Borrowed(v),
     }
 }
 

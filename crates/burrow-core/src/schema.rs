@@ -42,6 +42,27 @@ pub enum FieldKind {
 }
 
 impl FieldKind {
+    /// A value as engines store it (a currency as its scaled integer, a
+    /// boolean as 0 or 1, a date or date-time as ISO text, or a date where a
+    /// date-time is wanted and back) as this kind's typed value; `None` when
+    /// `v` needs no change or is not one of those forms (the reader's own
+    /// conversion then decides).
+    pub fn typed(self, v: &crate::ValueRef<'_>) -> Option<crate::ValueRef<'static>> {
+        use crate::datetime::{parse_date, parse_datetime};
+        use crate::ValueRef as V;
+        Some(match (self, v) {
+            (FieldKind::Currency, V::Int(i)) => V::Currency(crate::Currency::from_scaled(*i)),
+            (FieldKind::Bool, V::Int(i)) => V::Bool(*i != 0),
+            (FieldKind::Date, V::Text(t)) => V::Date(parse_date(t)?),
+            (FieldKind::DateTime, V::Text(t)) => V::DateTime(parse_datetime(t)?),
+            (FieldKind::Date, V::DateTime(t)) => V::Date(t.date_naive()),
+            (FieldKind::DateTime, V::Date(d)) => {
+                V::DateTime(d.and_time(chrono::NaiveTime::MIN).and_utc())
+            }
+            _ => return None,
+        })
+    }
+
     /// A short name, for messages.
     pub fn name(self) -> &'static str {
         match self {

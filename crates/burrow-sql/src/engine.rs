@@ -4,10 +4,10 @@ use std::collections::HashSet;
 use std::sync::{Arc, PoisonError, RwLock};
 
 use burrow_core::chrono::NaiveTime;
-use burrow_core::datetime::{format_date, format_datetime, parse_date, parse_datetime};
+use burrow_core::datetime::{format_date, format_datetime};
 use burrow_core::{
-    BatchItem, BatchOp, BatchResult, Column, Currency, Error, FieldKind, Fields, Filter, Result,
-    Row, Select, Storage, Table, Value, ValueRef,
+    BatchItem, BatchOp, BatchResult, Column, Error, FieldKind, Fields, Filter, Result, Row, Select,
+    Storage, Table, Value, ValueRef,
 };
 
 use crate::conn::{query_i64, Conn, DbError, DbErrorKind, QueryError, RawRow};
@@ -68,23 +68,7 @@ fn store<'a>(enc: Enc, v: ValueRef<'a>) -> ValueRef<'a> {
 
 /// A stored value read back as the typed value of its field kind.
 fn typed(kind: FieldKind, v: ValueRef<'_>) -> ValueRef<'_> {
-    match (kind, v) {
-        (FieldKind::Currency, ValueRef::Int(i)) => ValueRef::Currency(Currency::from_scaled(i)),
-        (FieldKind::Bool, ValueRef::Int(i)) => ValueRef::Bool(i != 0),
-        (FieldKind::Date, ValueRef::Text(t)) => match parse_date(&t) {
-            Some(d) => ValueRef::Date(d),
-            None => ValueRef::Text(t),
-        },
-        (FieldKind::DateTime, ValueRef::Text(t)) => match parse_datetime(&t) {
-            Some(d) => ValueRef::DateTime(d),
-            None => ValueRef::Text(t),
-        },
-        (FieldKind::Date, ValueRef::DateTime(t)) => ValueRef::Date(t.date_naive()),
-        (FieldKind::DateTime, ValueRef::Date(d)) => {
-            ValueRef::DateTime(d.and_time(NaiveTime::MIN).and_utc())
-        }
-        (_, v) => v,
-    }
+    kind.typed(&v).unwrap_or(v)
 }
 
 /// A result row of `SELECT id, fields…`, each value typed by its field.

@@ -7,7 +7,7 @@
 
 use std::time::Duration;
 
-use burrow_core::datetime::{write_date, write_datetime, DATETIME_BUF};
+use burrow_core::datetime::DATETIME_BUF;
 use burrow_core::{Error, Result, ValueRef};
 use burrow_sqlite::{KeptConnection, KeptStatement};
 use rusqlite::types::{ToSqlOutput, ValueRef as SqlValue};
@@ -104,25 +104,9 @@ fn classify(e: rusqlite::Error) -> DbError {
 }
 
 fn bind(stmt: &mut KeptStatement<'_>, params: &[ValueRef<'_>]) -> rusqlite::Result<()> {
+    let mut buf = [0u8; DATETIME_BUF];
     for (i, v) in params.iter().enumerate() {
-        let mut buf = [0u8; DATETIME_BUF];
-        let out = match v {
-            ValueRef::Null => SqlValue::Null,
-            ValueRef::Int(i) => SqlValue::Integer(*i),
-            // SQLite would store NaN as NULL: refuse it rather than lose it.
-            ValueRef::Real(f) if f.is_nan() => {
-                return Err(rusqlite::Error::ToSqlConversionFailure(
-                    "NaN cannot be stored (SQLite has no NaN)".into(),
-                ))
-            }
-            ValueRef::Real(f) => SqlValue::Real(*f),
-            ValueRef::Bool(b) => SqlValue::Integer(i64::from(*b)),
-            ValueRef::Currency(c) => SqlValue::Integer(c.scaled()),
-            ValueRef::Date(d) => SqlValue::Text(write_date(*d, &mut buf).as_bytes()),
-            ValueRef::DateTime(t) => SqlValue::Text(write_datetime(*t, &mut buf).as_bytes()),
-            ValueRef::Text(t) => SqlValue::Text(t.as_bytes()),
-            ValueRef::Blob(b) => SqlValue::Blob(b),
-        };
+        let out = burrow_sqlite::stored(v, &mut buf)?;
         stmt.raw_bind_parameter(i + 1, ToSqlOutput::Borrowed(out))?;
     }
     Ok(())

@@ -38,10 +38,10 @@ use std::sync::{Arc, Condvar, Mutex, MutexGuard, PoisonError};
 use std::thread::{self, ThreadId};
 
 use burrow_core::chrono::{DateTime, Utc};
-use burrow_core::datetime::{parse_date, parse_datetime, write_date, write_datetime, DATETIME_BUF};
+use burrow_core::datetime::{write_date, write_datetime, DATETIME_BUF};
 use burrow_core::{
-    BatchItem, BatchOp, BatchResult, Column, Currency, Error, FieldKind, Fields, Filter, Result,
-    Row, Select, Storage, Table, Value, ValueRef,
+    BatchItem, BatchOp, BatchResult, Column, Error, FieldKind, Fields, Filter, Result, Row, Select,
+    Storage, Table, Value, ValueRef,
 };
 use rusqlite::types::{ToSqlOutput, ValueRef as SqlValue};
 use rusqlite::{Connection, Statement};
@@ -233,18 +233,18 @@ fn write_err(table: &Table, e: rusqlite::Error) -> Error {
     }
 }
 
-/// Binds one value at a 1-based position; dates are written into a stack buffer
-/// that SQLite copies, so nothing is allocated.
-fn bind(
-    stmt: &mut Statement<'_>,
-    at: usize,
-    v: &ValueRef<'_>,
-    times: &mut TimeText,
-) -> rusqlite::Result<()> {
-    let out = match v {
+/// `v` as the SQLite engine stores it: currency as 1/10,000 integers, booleans
+/// as 0 and 1, dates and date-times as ISO text written into `buf`. NaN is
+/// refused rather than lost (SQLite would store it as NULL). The external SQL
+/// layer's SQLite and the virtual tables store values the same way, so a file
+/// or a scan reads alike through every path.
+pub fn stored<'a>(
+    v: &'a ValueRef<'_>,
+    buf: &'a mut [u8; DATETIME_BUF],
+) -> rusqlite::Result<SqlValue<'a>> {
+    Ok(match v {
         ValueRef::Null => SqlValue::Null,
         ValueRef::Int(i) => SqlValue::Integer(*i),
-        // SQLite would store NaN as NULL: refuse it rather than lose it.
         ValueRef::Real(f) if f.is_nan() => {
             return Err(rusqlite::Error::ToSqlConversionFailure(
                 "NaN cannot be stored (SQLite has no NaN)".into(),
@@ -253,14 +253,26 @@ fn bind(
         ValueRef::Real(f) => SqlValue::Real(*f),
         ValueRef::Bool(b) => SqlValue::Integer(i64::from(*b)),
         ValueRef::Currency(c) => SqlValue::Integer(c.scaled()),
-        ValueRef::Date(d) => {
-            let mut buf = [0u8; DATETIME_BUF];
-            let text = write_date(*d, &mut buf).as_bytes();
-            return stmt.raw_bind_parameter(at, ToSqlOutput::Borrowed(SqlValue::Text(text)));
-        }
-        ValueRef::DateTime(t) => SqlValue::Text(times.text(*t)),
+        ValueRef::Date(d) => SqlValue::Text(write_date(*d, buf).as_bytes()),
+        ValueRef::DateTime(t) => SqlValue::Text(write_datetime(*t, buf).as_bytes()),
         ValueRef::Text(t) => SqlValue::Text(t.as_bytes()),
         ValueRef::Blob(b) => SqlValue::Blob(b),
+    })
+}
+
+/// Binds one value at a 1-based position; dates are written into a stack buffer
+/// that SQLite copies, so nothing is allocated. A date-time is written once
+/// for the rows that share it (a record's automatic times, a batch's stamp).
+fn bind(
+    stmt: &mut Statement<'_>,
+    at: usize,
+    v: &ValueRef<'_>,
+    times: &mut TimeText,
+) -> rusqlite::Result<()> {
+    let mut buf = [0u8; DATETIME_BUF];
+    let out = match v {
+        ValueRef::DateTime(t) => SqlValue::Text(times.text(*t)),
+        v => stored(v, &mut buf)?,
     };
     stmt.raw_bind_parameter(at, ToSqlOutput::Borrowed(out))
 }
@@ -307,17 +319,7 @@ fn from_sql(v: SqlValue<'_>) -> Result<ValueRef<'_>> {
 
 /// A stored value read back as the typed value of its field kind.
 fn typed(kind: FieldKind, v: ValueRef<'_>) -> Value {
-    match (kind, v) {
-        (FieldKind::Currency, ValueRef::Int(i)) => Value::Currency(Currency::from_scaled(i)),
-        (FieldKind::Bool, ValueRef::Int(i)) => Value::Bool(i != 0),
-        (FieldKind::Date, ValueRef::Text(t)) => {
-            parse_date(&t).map_or_else(|| Value::Text(t.into_owned()), Value::Date)
-        }
-        (FieldKind::DateTime, ValueRef::Text(t)) => {
-            parse_datetime(&t).map_or_else(|| Value::Text(t.into_owned()), Value::DateTime)
-        }
-        (_, v) => v.to_owned(),
-    }
+    kind.typed(&v).unwrap_or(v).to_owned()
 }
 
 /// A row of a statement that selected `ID` and then every field.

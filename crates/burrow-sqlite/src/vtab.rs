@@ -19,7 +19,7 @@ use std::borrow::Cow;
 use std::ffi::{c_int, CStr, CString};
 use std::sync::{Arc, Mutex, PoisonError};
 
-use burrow_core::datetime::{write_date, write_datetime, DATETIME_BUF};
+use burrow_core::datetime::DATETIME_BUF;
 use burrow_core::{
     CmpOp, Column, Expr, FieldKind, Filter, Select, Storage, Table, Value, ValueRef,
 };
@@ -198,28 +198,27 @@ pub struct VirtualCursor<'vtab> {
 }
 
 /// Appends `v` in SQLite's form.
-fn push_cell(cells: &mut Vec<Cell>, bytes: &mut Vec<u8>, v: ValueRef<'_>) {
+fn push_cell(cells: &mut Vec<Cell>, bytes: &mut Vec<u8>, v: &ValueRef<'_>) -> rusqlite::Result<()> {
     let mut buf = [0u8; DATETIME_BUF];
-    let text = |bytes: &mut Vec<u8>, t: &[u8]| {
+    let mut keep = |t: &[u8]| {
         let at = bytes.len();
         bytes.extend_from_slice(t);
-        Cell::Text(at, bytes.len())
+        (at, bytes.len())
     };
-    cells.push(match v {
-        ValueRef::Null => Cell::Null,
-        ValueRef::Int(i) => Cell::Int(i),
-        ValueRef::Real(f) => Cell::Real(f),
-        ValueRef::Bool(b) => Cell::Int(i64::from(b)),
-        ValueRef::Currency(c) => Cell::Int(c.scaled()),
-        ValueRef::Date(d) => text(bytes, write_date(d, &mut buf).as_bytes()),
-        ValueRef::DateTime(t) => text(bytes, write_datetime(t, &mut buf).as_bytes()),
-        ValueRef::Text(t) => text(bytes, t.as_bytes()),
-        ValueRef::Blob(b) => {
-            let at = bytes.len();
-            bytes.extend_from_slice(b);
-            Cell::Blob(at, bytes.len())
+    cells.push(match crate::stored(v, &mut buf)? {
+        SqlValue::Null => Cell::Null,
+        SqlValue::Integer(i) => Cell::Int(i),
+        SqlValue::Real(f) => Cell::Real(f),
+        SqlValue::Text(t) => {
+            let (a, b) = keep(t);
+            Cell::Text(a, b)
+        }
+        SqlValue::Blob(t) => {
+            let (a, b) = keep(t);
+            Cell::Blob(a, b)
         }
     });
+    Ok(())
 }
 
 impl VirtualCursor<'_> {
@@ -302,7 +301,8 @@ unsafe impl VTabCursor for VirtualCursor<'_> {
             .select(table, &select, &mut |row| {
                 cells.push(Cell::Int(row.id()?));
                 for i in 0..n {
-                    push_cell(cells, bytes, row.get(i)?);
+                    push_cell(cells, bytes, &row.get(i)?)
+                        .map_err(|e| burrow_core::Error::engine(crate::ENGINE, e))?;
                 }
                 Ok(())
             })
