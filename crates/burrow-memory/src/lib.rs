@@ -267,21 +267,19 @@ impl MemoryEngine {
 
     /// Locks for reading, first waiting for another thread's transaction.
     fn read(&self) -> RwLockReadGuard<'_, State> {
-        loop {
-            let g = self.state.read().unwrap_or_else(PoisonError::into_inner);
-            match g.owner {
-                Some(o) if o != thread_token() => {}
-                _ => return g,
-            }
-            drop(g);
-            self.wait_for_other_tx();
-        }
+        self.outside_other_tx(|| self.state.read().unwrap_or_else(PoisonError::into_inner))
     }
 
     /// Locks for writing, first waiting for another thread's transaction.
     fn write(&self) -> RwLockWriteGuard<'_, State> {
+        self.outside_other_tx(|| self.state.write().unwrap_or_else(PoisonError::into_inner))
+    }
+
+    /// Takes the lock `lock` gives until no other thread's transaction holds
+    /// the state.
+    fn outside_other_tx<G: std::ops::Deref<Target = State>>(&self, lock: impl Fn() -> G) -> G {
         loop {
-            let g = self.state.write().unwrap_or_else(PoisonError::into_inner);
+            let g = lock();
             match g.owner {
                 Some(o) if o != thread_token() => {}
                 _ => return g,
