@@ -22,6 +22,8 @@ pub enum DbErrorKind {
     Type,
     /// NULL into a NOT NULL column.
     NotNull,
+    /// The ID sequence or auto-increment reached its maximum.
+    IdsExhausted,
     /// The connection is gone: killed, dropped by the network, server restart.
     Lost,
     /// A timeout fired (statement, connect, or pool wait).
@@ -62,6 +64,11 @@ impl DbError {
                 self.message
             )),
             DbErrorKind::NotNull => Error::BadInput(format!("{name}: {}", self.message)),
+            DbErrorKind::IdsExhausted => Error::BadInput(format!(
+                "the IDs of table {name} are exhausted: the database's ID sequence has reached \
+                 its maximum ({}); give IDs explicitly",
+                self.message
+            )),
             DbErrorKind::Lost => Error::engine(
                 engine,
                 format!(

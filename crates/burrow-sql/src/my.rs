@@ -108,6 +108,8 @@ fn classify(e: &mysql::Error) -> DbError {
             1406 => DbErrorKind::TooLong,
             1264 | 1265 | 1292 | 1366 | 1367 | 1411 => DbErrorKind::Type,
             1048 | 1364 => DbErrorKind::NotNull,
+            // HA_ERR_AUTOINC_ERANGE: the auto-increment passed its column's range.
+            167 => DbErrorKind::IdsExhausted,
             1969 | 3024 => DbErrorKind::Timeout,
             1053 | 1152 | 1156 | 1158 | 1159 | 1160 | 1161 | 1184 | 1927 | 2006 | 2013 => {
                 DbErrorKind::Lost

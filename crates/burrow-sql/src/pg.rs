@@ -134,6 +134,7 @@ fn classify(e: &tokio_postgres::Error, connecting: bool) -> DbError {
         Some(c) if *c == SqlState::UNIQUE_VIOLATION => DbErrorKind::Unique,
         Some(c) if *c == SqlState::STRING_DATA_RIGHT_TRUNCATION => DbErrorKind::TooLong,
         Some(c) if *c == SqlState::NOT_NULL_VIOLATION => DbErrorKind::NotNull,
+        Some(c) if *c == SqlState::SEQUENCE_GENERATOR_LIMIT_EXCEEDED => DbErrorKind::IdsExhausted,
         Some(c)
             if *c == SqlState::INVALID_TEXT_REPRESENTATION
                 || *c == SqlState::NUMERIC_VALUE_OUT_OF_RANGE

@@ -10,6 +10,7 @@ conformance!(
     unknown_field_in_update_fields,
     wrong_parameter_type,
     placeholder_count_mismatch,
+    nul_in_text_is_kept_or_refused,
     injection_text_as_a_value_is_stored_verbatim,
     injection_text_as_a_where_parameter_matches_nothing,
     injection_looking_where_text_is_refused,
@@ -260,10 +261,31 @@ const INJECTIONS: &[&str] = &[
     "x\u{0}'; DROP TABLE Sample; --",
 ];
 
+fn nul_in_text_is_kept_or_refused(f: &dyn Factory) -> TestResult {
+    let (store, c, before) = seeded(f)?;
+    let mut s = Sample::new("nul \u{0} inside", 1, "1");
+    if f.text_holds_nul() {
+        c.add(&mut s)?;
+        same(&c.retrieve::<Sample>(s.id)?, &s, "NUL in text")?;
+        return Ok(());
+    }
+    expect_kind!(c.add(&mut s), BadInput);
+    let mut batch = Batch::new().rollback_on_error(true);
+    batch.add(Sample::new("fine", 2, "1"));
+    batch.add(s.clone());
+    match c.send(&mut batch) {
+        Err(Error::Batch { index: 1, source }) if source.kind() == ErrorKind::BadInput => {}
+        other => return Err(format!("a batch holding NUL text: {other:?}").into()),
+    }
+    same(&snapshot(&store, &c)?, &before, "data after a refused NUL")
+}
+
 fn injection_text_as_a_value_is_stored_verbatim(f: &dyn Factory) -> TestResult {
     let (store, c, before) = seeded(f)?;
     let mut ids = Vec::new();
-    for (i, text) in INJECTIONS.iter().enumerate() {
+    let texts: Vec<String> = INJECTIONS.iter().map(|t| storable(f, t)).collect();
+    for (i, text) in texts.iter().enumerate() {
+        let text = &text.as_str();
         let mut s = Sample::new(text, 100 + i as i32, "1");
         s.last_name = (*text).to_owned();
         s.note = Some((*text).to_owned());
@@ -302,8 +324,11 @@ fn injection_text_as_a_value_is_stored_verbatim(f: &dyn Factory) -> TestResult {
         assert_eq!(n? as usize, samples.len());
     }
     // And deleting by the injection value deletes exactly its row.
-    for (text, (sid, _)) in INJECTIONS.iter().zip(&ids) {
-        assert_eq!(c.delete_where::<Sample>("Name = ?", &params![*text])?, 1);
+    for (text, (sid, _)) in texts.iter().zip(&ids) {
+        assert_eq!(
+            c.delete_where::<Sample>("Name = ?", &params![text.as_str()])?,
+            1
+        );
         assert!(c.get::<Sample>(*sid)?.is_none());
     }
     same(&all::<Sample>(&c)?, &before.0, "after deleting by value")?;
@@ -312,7 +337,9 @@ fn injection_text_as_a_value_is_stored_verbatim(f: &dyn Factory) -> TestResult {
 
 fn injection_text_as_a_where_parameter_matches_nothing(f: &dyn Factory) -> TestResult {
     let (store, c, before) = seeded(f)?;
-    for text in INJECTIONS {
+    let texts: Vec<String> = INJECTIONS.iter().map(|t| storable(f, t)).collect();
+    for text in &texts {
+        let text = &text.as_str();
         assert_eq!(
             c.count::<Sample>("Name = ?", &params![*text])?,
             0,

@@ -33,6 +33,8 @@ macro_rules! conformance {
                 memory => $crate::common::Memory,
                 memory_file => $crate::common::MemoryFile,
                 ext_sqlite => $crate::common::ExtSqlite,
+                postgres => $crate::common::Server::Postgres,
+                mariadb => $crate::common::Server::MariaDb,
             );
         }
     )+};
@@ -43,7 +45,10 @@ macro_rules! engine_tests {
     ($body:ident; $($engine:ident => $factory:expr),+ $(,)?) => {$(
         #[test]
         fn $engine() -> $crate::common::TestResult {
-            super::$body(&$factory)
+            match super::$body(&$factory) {
+                Err(e) if e.is::<$crate::common::Skipped>() => Ok(()),
+                r => r,
+            }
         }
     )+};
 }
@@ -100,6 +105,29 @@ pub trait Factory: Sync {
     fn reuses_free_ids(&self) -> bool {
         true
     }
+    /// Whether text may hold NUL (PostgreSQL's text cannot: it refuses it).
+    fn text_holds_nul(&self) -> bool {
+        true
+    }
+    /// Whether dates outside years 0–9999 are stored (MySQL/MariaDB's
+    /// `DATE` refuses them).
+    fn dates_beyond_four_digit_years(&self) -> bool {
+        true
+    }
+    /// Whether infinite floats are stored (MySQL/MariaDB refuse them).
+    fn float_infinities(&self) -> bool {
+        true
+    }
+}
+
+/// `t` as `f`'s engine can store it: where text cannot hold NUL, each NUL
+/// becomes U+FFFD (that the NUL itself is refused is a test of its own).
+pub fn storable(f: &dyn Factory, t: &str) -> String {
+    if f.text_holds_nul() {
+        t.to_owned()
+    } else {
+        t.replace('\u{0}', "\u{FFFD}")
+    }
 }
 
 /// An opened engine, and its SQLite face for raw SQL checks when it has one.
@@ -115,8 +143,10 @@ type Opener = Box<dyn Fn() -> burrow::Result<Opened> + Send + Sync>;
 pub struct Store {
     opened: Option<Opened>,
     reopen: Option<Opener>,
-    // Declared last: the database files go after the engine that holds them.
+    // Declared last: the database files, or the server schema, go after the
+    // engine that holds them.
     _dir: Option<TempDir>,
+    _scratch: Option<Scratch>,
 }
 
 impl Store {
@@ -206,6 +236,7 @@ impl Factory for SqliteMem {
             opened: Some(sqlite_opened(SqliteEngine::open(SqliteOptions::memory())?)),
             reopen: None,
             _dir: None,
+            _scratch: None,
         })
     }
 }
@@ -225,6 +256,7 @@ impl Factory for SqliteFile {
             opened: Some(open()?),
             reopen: Some(Box::new(open)),
             _dir: Some(dir),
+            _scratch: None,
         })
     }
     fn slow_writes(&self) -> bool {
@@ -251,6 +283,7 @@ impl Factory for Memory {
             opened: Some(memory_opened(MemoryEngine::new())),
             reopen: None,
             _dir: None,
+            _scratch: None,
         })
     }
     fn reuses_free_ids(&self) -> bool {
@@ -276,6 +309,7 @@ impl Factory for MemoryFile {
             opened: Some(open()?),
             reopen: Some(Box::new(open)),
             _dir: Some(dir),
+            _scratch: None,
         })
     }
     fn reuses_free_ids(&self) -> bool {
@@ -283,9 +317,7 @@ impl Factory for MemoryFile {
     }
 }
 
-/// A SQLite file through the external-database layer (`burrow-sql`). The
-/// PostgreSQL and MariaDB runs of the same behaviours live in `burrow-sql`'s
-/// own tests, which create and drop a schema per test.
+/// A SQLite file through the external-database layer (`burrow-sql`).
 pub struct ExtSqlite;
 
 impl Factory for ExtSqlite {
@@ -305,12 +337,150 @@ impl Factory for ExtSqlite {
             opened: Some(open()?),
             reopen: Some(Box::new(open)),
             _dir: Some(dir),
+            _scratch: None,
         })
     }
     fn slow_writes(&self) -> bool {
         true
     }
 }
+
+/// A database server through the external layer, each test in a schema
+/// (PostgreSQL) or database (MariaDB) of its own, dropped after it, so tests
+/// run in parallel and leave nothing behind. Date-times are stored as text, so
+/// the suite's exact comparisons hold (native timestamps keep microseconds:
+/// `burrow-sql`'s own tests cover them). Faults only a server has (a killed
+/// connection, a too-long value, several engines on one database) are tested
+/// in `burrow-sql` too. The server's URL comes from
+/// `BURROW_POSTGRES_URL` / `BURROW_MARIADB_URL`; unset, the test passes as
+/// skipped with one line saying so, except in CI, where it fails.
+pub enum Server {
+    Postgres,
+    MariaDb,
+}
+
+/// A test's schema or database on a server, dropped with everything in it.
+pub struct Scratch {
+    admin: burrow_sql::SqlEngine,
+    drop_sql: String,
+}
+
+impl Drop for Scratch {
+    fn drop(&mut self) {
+        if let Err(e) = self.admin.execute(&self.drop_sql, &[]) {
+            eprintln!("could not drop a test schema: {e}");
+        }
+    }
+}
+
+/// Skips are reported with one line per server, not per test.
+static SKIP_NOTED: [std::sync::Once; 2] = [std::sync::Once::new(), std::sync::Once::new()];
+static SCRATCH_SERIAL: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+
+impl Server {
+    fn var(&self) -> &'static str {
+        match self {
+            Server::Postgres => "BURROW_POSTGRES_URL",
+            Server::MariaDb => "BURROW_MARIADB_URL",
+        }
+    }
+}
+
+impl Factory for Server {
+    fn name(&self) -> &'static str {
+        match self {
+            Server::Postgres => "postgres",
+            Server::MariaDb => "mariadb",
+        }
+    }
+    fn fresh(&self) -> Result<Store, Box<dyn StdError>> {
+        let var = self.var();
+        let url = match std::env::var(var) {
+            Ok(u) if !u.is_empty() => u,
+            _ if std::env::var_os("CI").is_some() => {
+                return Err(format!("{var} must be set in CI").into())
+            }
+            _ => {
+                SKIP_NOTED[matches!(self, Server::MariaDb) as usize].call_once(|| {
+                    use std::io::Write as _;
+                    let _ = writeln!(
+                        std::io::stderr(),
+                        "conformance: {var} is not set: the {} runs are SKIPPED (set it to \
+                         run them; .ci/run does)",
+                        self.name()
+                    );
+                });
+                return Err(Skipped.into());
+            }
+        };
+        let name = format!(
+            "burrow_conf_{}_{}",
+            std::process::id(),
+            SCRATCH_SERIAL.fetch_add(1, std::sync::atomic::Ordering::Relaxed)
+        );
+        let admin = burrow_sql::SqlEngine::builder(&url).pool_size(1).open()?;
+        let (create, drop_sql) = match self {
+            Server::Postgres => (
+                format!("CREATE SCHEMA \"{name}\""),
+                format!("DROP SCHEMA IF EXISTS \"{name}\" CASCADE"),
+            ),
+            Server::MariaDb => (
+                format!("CREATE DATABASE `{name}`"),
+                format!("DROP DATABASE IF EXISTS `{name}`"),
+            ),
+        };
+        admin.execute(&create, &[])?;
+        let scratch = Scratch { admin, drop_sql };
+        let open = move || {
+            burrow_sql::SqlEngine::builder(&url)
+                .schema(&name)
+                .datetime_storage(burrow_sql::DateTimeStorage::Text)
+                .open()
+                .map(|e| Opened {
+                    engine: Arc::new(e),
+                    sqlite: None,
+                })
+        };
+        Ok(Store {
+            opened: Some(open()?),
+            reopen: Some(Box::new(open)),
+            _dir: None,
+            _scratch: Some(scratch),
+        })
+    }
+    fn slow_writes(&self) -> bool {
+        true
+    }
+    /// Other connections' writes do not wait for a transaction (MVCC).
+    fn serializes_transactions(&self) -> bool {
+        false
+    }
+    /// A sequence or auto-increment never goes back below its maximum.
+    fn reuses_free_ids(&self) -> bool {
+        false
+    }
+    fn text_holds_nul(&self) -> bool {
+        !matches!(self, Server::Postgres)
+    }
+    fn dates_beyond_four_digit_years(&self) -> bool {
+        !matches!(self, Server::MariaDb)
+    }
+    fn float_infinities(&self) -> bool {
+        !matches!(self, Server::MariaDb)
+    }
+}
+
+/// The error of a store that is not configured here: the test passes.
+#[derive(Debug)]
+pub struct Skipped;
+
+impl std::fmt::Display for Skipped {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("skipped: the server is not configured")
+    }
+}
+
+impl StdError for Skipped {}
 
 // ---------------------------------------------------------------------------
 // Records shared by the tests.

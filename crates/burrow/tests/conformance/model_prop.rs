@@ -351,6 +351,9 @@ fn run_case(f: &dyn Factory, ops: &[Op]) -> Result<(), TestCaseError> {
 }
 
 fn engine_agrees_with_a_btreemap(f: &dyn Factory) -> TestResult {
+    // A store that is not configured here skips the test, before the runner
+    // would turn that into a failed case.
+    drop(f.fresh()?);
     let cases = if f.slow_writes() { 16 } else { 128 };
     let mut runner = TestRunner::new(Config {
         cases,
