@@ -98,7 +98,10 @@ impl Hot {
 /// one out, so the contract of [`Hot`] holds: `statements` is declared before
 /// `conn` (dropped first) and the connection is boxed (a stable address).
 pub struct KeptConnection {
-    statements: HashMap<Box<str>, Statement<'static>, foldhash::fast::RandomState>,
+    statements: Vec<Statement<'static>>,
+    /// Where each SQL text's statement is in `statements`: a hit costs one
+    /// hash of the text.
+    by_sql: HashMap<Box<str>, usize, foldhash::fast::RandomState>,
     conn: Box<Connection>,
 }
 
@@ -117,7 +120,8 @@ impl KeptConnection {
     /// Takes over `conn`.
     pub fn new(conn: Connection) -> Self {
         KeptConnection {
-            statements: HashMap::default(),
+            statements: Vec::new(),
+            by_sql: HashMap::default(),
             conn: Box::new(conn),
         }
     }
@@ -130,15 +134,20 @@ impl KeptConnection {
     /// The statement of `sql`, prepared on first use. Its parameters keep
     /// their last bindings: bind every one before running it.
     pub fn statement(&mut self, sql: &str) -> rusqlite::Result<KeptStatement<'_>> {
-        if !self.statements.contains_key(sql) {
-            if self.statements.len() >= KEPT_MAX {
-                self.statements.clear();
+        let at = match self.by_sql.get(sql) {
+            Some(&at) => at,
+            None => {
+                if self.statements.len() >= KEPT_MAX {
+                    self.statements.clear();
+                    self.by_sql.clear();
+                }
+                self.statements.push(keep(&self.conn, sql)?);
+                let at = self.statements.len() - 1;
+                self.by_sql.insert(sql.into(), at);
+                at
             }
-            let stmt = keep(&self.conn, sql)?;
-            self.statements.insert(sql.into(), stmt);
-        }
-        let stmt = self.statements.get_mut(sql).expect("kept just above");
-        Ok(KeptStatement(stmt))
+        };
+        Ok(KeptStatement(&mut self.statements[at]))
     }
 }
 
