@@ -144,6 +144,13 @@ pub trait FieldType: Sized {
         *self = Self::from_value(v)?;
         Ok(())
     }
+    /// The value of an automatic time field (`created`, `modified`) at `t`;
+    /// `None` for a type that holds no time. Every write stamps these, so the
+    /// time types answer without going through [`FieldType::from_value`].
+    #[inline]
+    fn from_time(t: DateTime<Utc>) -> Option<Self> {
+        Self::from_value(ValueRef::DateTime(t)).ok()
+    }
 }
 
 macro_rules! int_field {
@@ -289,6 +296,10 @@ impl FieldType for DateTime<Utc> {
             other => Err(ConvertError::new("date-time", &other)),
         }
     }
+    #[inline]
+    fn from_time(t: DateTime<Utc>) -> Option<Self> {
+        Some(t)
+    }
 }
 
 impl<T: FieldType> FieldType for Option<T> {
@@ -312,6 +323,10 @@ impl<T: FieldType> FieldType for Option<T> {
                 }
             }
         }
+    }
+    #[inline]
+    fn from_time(t: DateTime<Utc>) -> Option<Self> {
+        T::from_time(t).map(Some)
     }
 }
 

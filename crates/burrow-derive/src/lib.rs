@@ -362,8 +362,8 @@ fn generate(
             );
         });
         out.extend(quote! {
-            if let ::core::result::Result::Ok(v) =
-                <#ty as #krate::FieldType>::from_value(#krate::ValueRef::DateTime(now))
+            if let ::core::option::Option::Some(v) =
+                <#ty as #krate::FieldType>::from_time(now)
             {
                 self.#f = v;
             }

@@ -1,5 +1,5 @@
-//! The row encoding: one byte string per row, one allocation, values read in
-//! place.
+//! The row encoding: one byte string per row (kept in a shared chunk, see
+//! `arena`), values read in place.
 //!
 //! ```text
 //! [null bitmap: ceil(n/8) bytes, bit i set = field i is NULL]
@@ -242,9 +242,55 @@ impl Layout {
         out.resize(self.var_base, 0);
         for (i, s) in self.slots.iter().enumerate() {
             let v = value(i)?;
-            self.put(out, i, s, &v)?;
+            if !self.put_natural(out, s, &v) {
+                self.put(out, i, s, &v)?;
+            }
         }
         Ok(())
+    }
+
+    /// Stores `v` when it has the field's own type and needs no check that can
+    /// fail, which is nearly every value a record gives; returns false, having
+    /// written nothing, for anything else (NULL, NaN, conversions, errors), left
+    /// to [`Layout::put`]. Rows are encoded once per write, so the common case
+    /// skips `put`'s per-value checks.
+    #[inline(always)]
+    fn put_natural(&self, out: &mut Vec<u8>, s: &Slot, v: &ValueRef<'_>) -> bool {
+        let at = s.at;
+        match (s.enc, v) {
+            (Enc::I64, ValueRef::Int(n)) => out[at..at + 8].copy_from_slice(&n.to_le_bytes()),
+            (Enc::Currency, ValueRef::Currency(c)) => {
+                out[at..at + 8].copy_from_slice(&c.scaled().to_le_bytes())
+            }
+            (Enc::F64, ValueRef::Real(f)) if !f.is_nan() => {
+                out[at..at + 8].copy_from_slice(&canonical_f64(*f).to_le_bytes())
+            }
+            (Enc::Bool, ValueRef::Bool(b)) => out[at] = u8::from(*b),
+            (Enc::Date, ValueRef::Date(d)) => {
+                out[at..at + 4].copy_from_slice(&days(*d).to_le_bytes())
+            }
+            (Enc::DateTime, ValueRef::DateTime(t)) => {
+                out[at..at + 8].copy_from_slice(&t.timestamp().to_le_bytes());
+                out[at + 8..at + 12].copy_from_slice(&t.timestamp_subsec_nanos().to_le_bytes());
+            }
+            (Enc::Text, ValueRef::Text(t)) => return self.put_var(out, at, t.as_bytes()),
+            (Enc::Blob, ValueRef::Blob(b)) => return self.put_var(out, at, b),
+            _ => return false,
+        }
+        true
+    }
+
+    /// Appends the bytes of var field `k` unless the row would pass 4 GiB of
+    /// var data (then `put` reports it).
+    #[inline(always)]
+    fn put_var(&self, out: &mut Vec<u8>, k: usize, bytes: &[u8]) -> bool {
+        let Ok(end) = u32::try_from(out.len() - self.var_base + bytes.len()) else {
+            return false;
+        };
+        out.extend_from_slice(bytes);
+        let p = self.var_table + 4 * k;
+        out[p..p + 4].copy_from_slice(&end.to_le_bytes());
+        true
     }
 
     fn put(&self, out: &mut Vec<u8>, i: usize, s: &Slot, v: &ValueRef<'_>) -> Result<()> {

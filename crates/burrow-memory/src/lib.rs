@@ -17,9 +17,13 @@
 //!
 //! # Rows and indexes
 //!
-//! A row is one byte string (one allocation): a NULL bitmap, the fixed-width
-//! fields in place, then the text and blob bytes; reading a field borrows from
-//! it, and dates, times and amounts come back typed, without parsing. NaN is
+//! A row is one byte string: a NULL bitmap, the fixed-width fields in place,
+//! then the text and blob bytes; reading a field borrows from it, and dates,
+//! times and amounts come back typed, without parsing. Rows are copied into
+//! 64 KiB chunks shared by their neighbours rather than allocated one by one;
+//! the bytes of updated and deleted rows are reclaimed when half of a table's
+//! are garbage, by copying the live rows into fresh chunks (never inside a
+//! transaction). NaN is
 //! refused ([`burrow_core::Error::BadInput`], nothing written), as the SQLite
 //! engine refuses it rather than store it as NULL. Every table
 //! has a hashed index on the ID, one on each `unique` field (enforced: a
@@ -82,6 +86,7 @@
 //! SQLite's `ADD COLUMN` would give; kinds change only as between versions on
 //! one engine (above).
 
+mod arena;
 mod layout;
 mod options;
 mod persist;
@@ -102,6 +107,7 @@ use burrow_core::{
 pub use options::{FileFormat, MemoryOptions};
 pub use persist::FileError;
 
+use arena::RowBytes;
 use layout::{Layout, SlotSpec};
 use persist::{FileTable, Source};
 use table::{check_kind, spec, Meta, Stored, TableData, View};
@@ -132,7 +138,7 @@ enum Undo {
     Update {
         t: usize,
         slot: u32,
-        old: Box<[u8]>,
+        old: RowBytes,
     },
     Delete {
         t: usize,
@@ -391,6 +397,7 @@ fn adopt(table: &'static Table, ft: &mut FileTable) -> Result<(TableData, bool)>
     let view = View::new(table, (0..table.fields.len()).collect());
     let mut td = TableData::new(layout, flags, vec![view]);
     let rows: Vec<Option<Stored>> = if same {
+        td.arena.held(ft.rows.iter().map(|r| r.data.len()).sum());
         std::mem::take(&mut ft.rows).into_iter().map(Some).collect()
     } else {
         let mut buf = Vec::new();
@@ -409,7 +416,7 @@ fn adopt(table: &'static Table, ft: &mut FileTable) -> Result<(TableData, bool)>
                 })?;
             rows.push(Some(Stored {
                 id: r.id,
-                data: buf.as_slice().into(),
+                data: td.arena.alloc(&buf)?,
             }));
         }
         rows
@@ -469,13 +476,17 @@ impl State {
         } = self;
         let td = &mut tables[t];
         let (layout, view) = (&td.layout, &td.views[v]);
-        layout.encode(scratch, |i| {
-            Ok(match view.field_of(i) {
-                Some(f) => row.field(f),
-                None => layout.missing(i),
-            })
-        })?;
-        let (id, slot) = td.insert(id, scratch.as_slice().into())?;
+        if view.map().is_none() && layout.len() == view.table.fields.len() {
+            layout.encode(scratch, |i| Ok(row.field(i)))?;
+        } else {
+            layout.encode(scratch, |i| {
+                Ok(match view.field_of(i) {
+                    Some(f) => row.field(f),
+                    None => layout.missing(i),
+                })
+            })?;
+        }
+        let (id, slot) = td.insert(id, scratch)?;
         if owner.is_some() {
             match undo.last_mut() {
                 Some(Undo::Inserts { t: ut, from, n }) if *ut == t && *from + *n == slot => *n += 1,
@@ -526,11 +537,13 @@ impl State {
                 _ => layout.get(old, i),
             })?;
         }
-        let old = td.update(slot, scratch.as_slice().into())?;
+        let old = td.update(slot, scratch)?;
         if owner.is_some() {
             undo.push(Undo::Update { t, slot, old });
         }
         *generation += 1;
+        // The old bytes are garbage in the arena until it is repacked.
+        self.compact_if_due(t);
         Ok(true)
     }
 

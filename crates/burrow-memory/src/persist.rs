@@ -10,6 +10,7 @@ use std::path::{Path, PathBuf};
 use burrow_core::datetime::{format_date, format_datetime};
 use burrow_core::{Error, FieldKind, Result, Value, ValueRef};
 
+use crate::arena::Arena;
 use crate::layout::{Layout, SlotSpec};
 use crate::table::{next_after, Stored, TableData};
 use crate::ENGINE;
@@ -431,6 +432,7 @@ fn parse_payload(payload: &[u8]) -> std::result::Result<Vec<FileTable>, String> 
         let layout = Layout::new(&name, specs).map_err(|e| e.to_string())?;
         let nrows = r.count()?;
         let mut rows = Vec::with_capacity(nrows);
+        let mut arena = Arena::default();
         let mut prev = 0i64;
         for n in 0..nrows {
             let z = r.varint()?;
@@ -446,7 +448,7 @@ fn parse_payload(payload: &[u8]) -> std::result::Result<Vec<FileTable>, String> 
                 .map_err(|e| format!("table {name}, ID {id}: {e}"))?;
             rows.push(Stored {
                 id,
-                data: data.into(),
+                data: arena.alloc(data).map_err(|e| e.to_string())?,
             });
         }
         let next_id = read_next_id(next_id, rows.last());
@@ -682,6 +684,7 @@ fn read_json(path: &Path, file: &[u8]) -> Result<Vec<FileTable>> {
         }
         let layout = Layout::new(&name, specs)?;
         let mut rows = Vec::with_capacity(jt.rows.len());
+        let mut arena = Arena::default();
         let mut prev: Option<i64> = None;
         for cells in jt.rows {
             let id = cells
@@ -711,7 +714,7 @@ fn read_json(path: &Path, file: &[u8]) -> Result<Vec<FileTable>> {
                 .map_err(|e| bad(format!("table {name}, ID {id}: {e}")))?;
             rows.push(Stored {
                 id,
-                data: buf.as_slice().into(),
+                data: arena.alloc(&buf).map_err(|e| bad(e.to_string()))?,
             });
         }
         let next_id = read_next_id(jt.next_id, rows.last());

@@ -26,12 +26,13 @@ use foldhash::fast::RandomState;
 use hashbrown::{HashMap, HashSet, HashTable};
 use std::hash::BuildHasher;
 
+use crate::arena::{Arena, RowBytes};
 use crate::layout::{Enc, Layout, MemRow, SlotSpec};
 
 /// A row: its ID and its encoded fields (see [`crate::layout`]).
 pub struct Stored {
     pub id: i64,
-    pub data: Box<[u8]>,
+    pub data: RowBytes,
 }
 
 struct Unique {
@@ -212,6 +213,8 @@ pub struct TableData {
     plains: Vec<Plain>,
     pub meta: Meta,
     hasher: RandomState,
+    /// Where the rows' bytes live.
+    pub arena: Arena,
 }
 
 fn hash_key(h: &RandomState, key: &[u8]) -> u64 {
@@ -255,6 +258,7 @@ impl TableData {
                 ordered: true,
             },
             hasher: RandomState::default(),
+            arena: Arena::default(),
         }
     }
 
@@ -343,7 +347,7 @@ impl TableData {
     }
 
     /// Inserts a row; returns its ID and slot. Nothing changes on an error.
-    pub fn insert(&mut self, id: Option<i64>, data: Box<[u8]>) -> Result<(i64, u32)> {
+    pub fn insert(&mut self, id: Option<i64>, data: &[u8]) -> Result<(i64, u32)> {
         let id = match id.or(self.meta.next_id) {
             Some(id) => id,
             None => {
@@ -361,8 +365,9 @@ impl TableData {
             if self.ids.contains_key(&id) {
                 return Err(self.unique_error("ID"));
             }
-            self.check_unique(&data, None)?;
+            self.check_unique(data, None)?;
         }
+        let data = self.arena.alloc(data)?;
         // One probe both checks and claims the ID; nothing can fail after it.
         let fresh = match self.ids.entry(id) {
             hashbrown::hash_map::Entry::Occupied(_) => false,
@@ -372,6 +377,7 @@ impl TableData {
             }
         };
         if !fresh {
+            self.arena.release(data.len());
             return Err(self.unique_error("ID"));
         }
         self.rows.push(Some(Stored { id, data }));
@@ -389,18 +395,20 @@ impl TableData {
 
     /// Replaces the fields of the row in `slot`; returns the old ones. Nothing
     /// changes on an error.
-    pub fn update(&mut self, slot: u32, data: Box<[u8]>) -> Result<Box<[u8]>> {
-        self.check_unique(&data, Some(slot))?;
+    pub fn update(&mut self, slot: u32, data: &[u8]) -> Result<RowBytes> {
+        self.check_unique(data, Some(slot))?;
+        let data = self.arena.alloc(data)?;
         Ok(self.replace(slot, data))
     }
 
-    fn replace(&mut self, slot: u32, data: Box<[u8]>) -> Box<[u8]> {
+    fn replace(&mut self, slot: u32, data: RowBytes) -> RowBytes {
         let indexed = !self.uniques.is_empty() || !self.plains.is_empty();
         if indexed {
             self.index_remove(slot);
         }
         let row = self.rows[slot as usize].as_mut().expect("a live slot");
         let old = std::mem::replace(&mut row.data, data);
+        self.arena.release(old.len());
         if indexed {
             self.index_add(slot);
         }
@@ -413,6 +421,7 @@ impl TableData {
         let row = self.rows[slot as usize].take().expect("a live slot");
         self.ids.remove(&row.id);
         self.live -= 1;
+        self.arena.release(row.data.len());
         row
     }
 
@@ -426,6 +435,7 @@ impl TableData {
 
     /// Puts a deleted row back in its slot.
     pub fn undo_delete(&mut self, slot: u32, row: Stored) {
+        self.arena.restore(row.data.len());
         self.ids.insert(row.id, slot);
         self.rows[slot as usize] = Some(row);
         self.index_add(slot);
@@ -433,7 +443,8 @@ impl TableData {
     }
 
     /// Puts the old fields of an updated row back.
-    pub fn undo_update(&mut self, slot: u32, old: Box<[u8]>) {
+    pub fn undo_update(&mut self, slot: u32, old: RowBytes) {
+        self.arena.restore(old.len());
         self.replace(slot, old);
     }
 
@@ -496,13 +507,15 @@ impl TableData {
         }
     }
 
-    /// Whether enough slots are empty to make compaction worth its O(n).
+    /// Whether enough slots are empty, or enough row bytes garbage, to make
+    /// compaction worth its O(n).
     pub fn wants_compaction(&self) -> bool {
         let dead = self.rows.len() - self.live;
-        dead > 1024 && dead > self.live
+        (dead > 1024 && dead > self.live) || self.arena.wants_repack()
     }
 
-    /// Drops the empty slots, puts the rows in ID order, and rebuilds the indexes.
+    /// Drops the empty slots, puts the rows in ID order, and rebuilds the indexes;
+    /// when half of the arena is garbage, copies the rows into a fresh one.
     /// Fails only on a duplicate of a unique field (rows loaded from a file),
     /// naming the field; the indexes are then incomplete and the table unusable.
     pub fn compact(&mut self) -> Result<()> {
@@ -512,6 +525,13 @@ impl TableData {
             .collect();
         if !self.meta.ordered {
             rows.sort_unstable_by_key(|r| r.id);
+        }
+        if self.arena.wants_repack() {
+            let mut fresh = Arena::default();
+            for r in &mut rows {
+                r.data = fresh.copy(&r.data);
+            }
+            self.arena = fresh;
         }
         self.meta.ordered = true;
         self.meta.last_id = rows.last().map(|r| r.id);
@@ -660,6 +680,7 @@ impl TableData {
             ));
         }
         let layout = Layout::new(&old.table, specs)?;
+        let mut arena = Arena::default();
         let rows = if reencode {
             let mut buf = Vec::new();
             let mut rows = Vec::with_capacity(self.rows.len());
@@ -683,17 +704,19 @@ impl TableData {
                             })?;
                         Some(Stored {
                             id: r.id,
-                            data: buf.as_slice().into(),
+                            data: arena.alloc(&buf)?,
                         })
                     }
                 });
             }
             rows
         } else {
+            arena = std::mem::take(&mut self.arena);
             std::mem::take(&mut self.rows)
         };
         let mut td = TableData::new(layout, flags, views);
         td.rows = rows;
+        td.arena = arena;
         td.live = self.live;
         td.meta = self.meta;
         // The slots stay where they were: the undo log of an open transaction
@@ -706,6 +729,7 @@ impl TableData {
             Err(e) => {
                 if !reencode {
                     self.rows = std::mem::take(&mut td.rows);
+                    self.arena = std::mem::take(&mut td.arena);
                 }
                 Err(e)
             }
