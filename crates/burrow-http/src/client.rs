@@ -5,8 +5,9 @@
 //! [`burrow_core::Orm`]: application code does not change. A server can also
 //! place one of its own tables in a `RemoteEngine`, keeping it on another server.
 //!
-//! - Connections are plain blocking sockets kept alive in a pool: a call takes
-//!   one, or opens one, and puts it back after a complete response.
+//! - Connections are blocking sockets (TLS over them for `https://` URLs, with
+//!   the `tls` feature) kept alive in a pool: a call takes one, or opens one,
+//!   and puts it back after a complete response.
 //! - A transaction pins a connection to the thread that began it (the server
 //!   runs that connection's requests on one thread of its own): `BEGIN`, the
 //!   calls, then `END` or `ABORT`.
@@ -94,9 +95,52 @@ impl Reply {
     }
 }
 
+/// A client connection: plain, or TLS over it.
+pub(crate) enum Stream {
+    Plain(TcpStream),
+    #[cfg(feature = "tls")]
+    Tls(Box<rustls::StreamOwned<rustls::ClientConnection, TcpStream>>),
+}
+
+impl Read for Stream {
+    fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
+        match self {
+            Stream::Plain(s) => s.read(buf),
+            #[cfg(feature = "tls")]
+            Stream::Tls(s) => s.read(buf),
+        }
+    }
+}
+
+impl Write for Stream {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        match self {
+            Stream::Plain(s) => s.write(buf),
+            #[cfg(feature = "tls")]
+            Stream::Tls(s) => s.write(buf),
+        }
+    }
+
+    fn write_vectored(&mut self, bufs: &[std::io::IoSlice<'_>]) -> std::io::Result<usize> {
+        match self {
+            Stream::Plain(s) => s.write_vectored(bufs),
+            #[cfg(feature = "tls")]
+            Stream::Tls(s) => s.write_vectored(bufs),
+        }
+    }
+
+    fn flush(&mut self) -> std::io::Result<()> {
+        match self {
+            Stream::Plain(s) => s.flush(),
+            #[cfg(feature = "tls")]
+            Stream::Tls(s) => s.flush(),
+        }
+    }
+}
+
 /// A kept-alive connection.
 struct Conn {
-    stream: TcpStream,
+    stream: Stream,
     buf: Vec<u8>,
     /// Whether it already carried a request (a failure on a reused connection
     /// before any answer is retried once on a new one).
@@ -116,6 +160,8 @@ pub struct RemoteBuilder {
     cache: OrmCache,
     login: Option<(String, String, bool)>,
     bearer: Option<String>,
+    #[cfg(feature = "tls")]
+    tls_roots: Option<Vec<u8>>,
 }
 
 impl RemoteBuilder {
@@ -151,18 +197,53 @@ impl RemoteBuilder {
         self
     }
 
+    /// For `https://` URLs: trusts the CA certificates in `pem` (one or more
+    /// PEM blocks) instead of the public web roots, as for a server whose
+    /// certificate a private CA signed.
+    #[cfg(feature = "tls")]
+    pub fn tls_roots(mut self, pem: impl Into<Vec<u8>>) -> Self {
+        self.tls_roots = Some(pem.into());
+        self
+    }
+
     /// Connects (and logs in, when asked).
     pub fn connect(self) -> Result<RemoteEngine> {
-        let rest = self.url.strip_prefix("http://").ok_or_else(|| {
-            Error::BadInput(format!("{}: only http:// URLs are supported", self.url))
-        })?;
+        let (https, rest) = match (
+            self.url.strip_prefix("http://"),
+            self.url.strip_prefix("https://"),
+        ) {
+            (Some(rest), _) => (false, rest),
+            (None, Some(rest)) => (true, rest),
+            (None, None) => {
+                return Err(Error::BadInput(format!(
+                    "{}: the URL must start with http:// or https://",
+                    self.url
+                )))
+            }
+        };
         let (host, root) = rest.split_once('/').unwrap_or((rest, ""));
         let addr = host
             .to_socket_addrs()?
             .next()
             .ok_or_else(|| Error::BadInput(format!("{host}: no address")))?;
+        #[cfg(feature = "tls")]
+        let tls = if https {
+            let name = host.rsplit_once(':').map_or(host, |(name, _)| name);
+            Some(crate::tls::Connector::new(name, self.tls_roots.as_deref())?)
+        } else {
+            None
+        };
+        #[cfg(not(feature = "tls"))]
+        if https {
+            return Err(Error::BadInput(format!(
+                "{}: https:// needs burrow-http's `tls` feature",
+                self.url
+            )));
+        }
         let engine = RemoteEngine {
             addr,
+            #[cfg(feature = "tls")]
+            tls,
             host: host.to_owned(),
             root: root.trim_matches('/').to_owned(),
             pool: Mutex::new(Vec::new()),
@@ -192,6 +273,8 @@ impl RemoteBuilder {
 /// A storage engine on a remote server, over HTTP/1.1.
 pub struct RemoteEngine {
     addr: SocketAddr,
+    #[cfg(feature = "tls")]
+    tls: Option<crate::tls::Connector>,
     host: String,
     root: String,
     pool: Mutex<Vec<Conn>>,
@@ -224,7 +307,8 @@ fn hex8(v: u32) -> String {
 }
 
 impl RemoteEngine {
-    /// Connects to `http://host:port/root` without credentials.
+    /// Connects to `http://host:port/root` (or `https://`, with the `tls`
+    /// feature) without credentials.
     pub fn connect(url: &str) -> Result<RemoteEngine> {
         RemoteEngine::builder(url).connect()
     }
@@ -237,6 +321,8 @@ impl RemoteEngine {
             cache: OrmCache::new(),
             login: None,
             bearer: None,
+            #[cfg(feature = "tls")]
+            tls_roots: None,
         }
     }
 
@@ -302,6 +388,13 @@ impl RemoteEngine {
         stream.set_nodelay(true)?;
         stream.set_read_timeout(Some(self.timeout))?;
         stream.set_write_timeout(Some(self.timeout))?;
+        #[cfg(feature = "tls")]
+        let stream = match &self.tls {
+            Some(t) => t.wrap(stream)?,
+            None => Stream::Plain(stream),
+        };
+        #[cfg(not(feature = "tls"))]
+        let stream = Stream::Plain(stream);
         Ok(Conn {
             stream,
             buf: Vec::with_capacity(8192),
@@ -470,7 +563,7 @@ struct Request<'a> {
 }
 
 /// Writes both parts of `req`, in as few system calls as the socket takes.
-fn write_request(stream: &mut TcpStream, req: Request<'_>) -> std::io::Result<()> {
+fn write_request(stream: &mut Stream, req: Request<'_>) -> std::io::Result<()> {
     let (mut head, mut body) = (req.head, req.body);
     while !head.is_empty() {
         let n = stream.write_vectored(&[IoSlice::new(head), IoSlice::new(body)])?;

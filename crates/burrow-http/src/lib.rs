@@ -38,6 +38,8 @@ mod reader;
 mod rest;
 mod server;
 mod sql;
+#[cfg(feature = "tls")]
+mod tls;
 
 pub use auth::{
     mormot_password_hash, mormot_private_key, mormot_proof, mormot_signature, Auth, Group, Rights,

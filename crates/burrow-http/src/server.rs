@@ -23,6 +23,11 @@
 //! against slow clients), an idle keep-alive timeout, a write timeout, and a
 //! cap on open connections (503). A malformed request closes only its own
 //! connection.
+//!
+//! With the `tls` feature and [`ServerBuilder::tls`], every connection is TLS
+//! (rustls): the handshake must finish within the request timeout, and past
+//! the connection cap a connection is closed without a 503, which would need a
+//! handshake first.
 
 use std::io;
 use std::net::SocketAddr;
@@ -32,8 +37,8 @@ use std::sync::{Arc, RwLock};
 use std::time::Duration;
 
 use burrow_core::{Client, Error, Orm, Result};
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
-use tokio::net::{TcpListener, TcpStream};
+use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
+use tokio::net::TcpListener;
 use tokio::sync::watch;
 use tokio::time::{timeout, timeout_at, Instant};
 
@@ -149,9 +154,19 @@ pub struct ServerBuilder {
     execution: Execution,
     threads: usize,
     server_name: String,
+    #[cfg(feature = "tls")]
+    tls: Option<(Vec<u8>, Vec<u8>)>,
 }
 
 impl ServerBuilder {
+    /// Serves HTTPS with this certificate chain and private key, both PEM
+    /// (checked when the server binds: a bad one is [`Error::BadInput`]).
+    #[cfg(feature = "tls")]
+    pub fn tls(mut self, cert_chain_pem: impl Into<Vec<u8>>, key_pem: impl Into<Vec<u8>>) -> Self {
+        self.tls = Some((cert_chain_pem.into(), key_pem.into()));
+        self
+    }
+
     /// Requires authentication with these users, groups and schemes.
     pub fn auth(mut self, auth: Auth) -> Self {
         self.auth = Some(Some(auth));
@@ -212,6 +227,13 @@ impl ServerBuilder {
         if let Some(a) = &mut auth {
             a.seal();
         }
+        #[cfg(feature = "tls")]
+        let tls = match &self.tls {
+            Some((cert, key)) => Some(crate::tls::acceptor(cert, key)?),
+            None => None,
+        };
+        #[cfg(not(feature = "tls"))]
+        let tls: Option<Tls> = None;
         let std_listener = std::net::TcpListener::bind(addr)?;
         std_listener.set_nonblocking(true)?;
         let local = std_listener.local_addr()?;
@@ -253,8 +275,10 @@ impl ServerBuilder {
             let _g = runtime.enter();
             TcpListener::from_std(std_listener)?
         };
-        let accept = runtime.spawn(accept_loop(shared.clone(), listener, stop_rx));
+        let scheme = if tls.is_some() { "https" } else { "http" };
+        let accept = runtime.spawn(accept_loop(shared.clone(), listener, tls, stop_rx));
         Ok(Server {
+            scheme,
             shared,
             runtime: Some(runtime),
             stop: stop_tx,
@@ -266,6 +290,7 @@ impl ServerBuilder {
 
 /// A running server. Dropping it shuts it down gracefully.
 pub struct Server {
+    scheme: &'static str,
     shared: Arc<Shared>,
     runtime: Option<tokio::runtime::Runtime>,
     stop: watch::Sender<bool>,
@@ -295,6 +320,8 @@ impl Server {
             execution: Execution::Auto,
             threads: std::thread::available_parallelism().map_or(2, |n| n.get()),
             server_name: format!("Burrow/{}", env!("CARGO_PKG_VERSION")),
+            #[cfg(feature = "tls")]
+            tls: None,
         }
     }
 
@@ -303,9 +330,10 @@ impl Server {
         self.local
     }
 
-    /// The base URL clients connect to: `http://{addr}/{root}`.
+    /// The base URL clients connect to: `http://{addr}/{root}`, or `https://`
+    /// with TLS.
     pub fn url(&self) -> String {
-        format!("http://{}/{}", self.local, self.shared.root)
+        format!("{}://{}/{}", self.scheme, self.local, self.shared.root)
     }
 
     /// The server-side cache.
@@ -353,7 +381,19 @@ impl Drop for Server {
     }
 }
 
-async fn accept_loop(sh: Arc<Shared>, listener: TcpListener, mut stop: watch::Receiver<bool>) {
+#[cfg(feature = "tls")]
+type Tls = tokio_rustls::TlsAcceptor;
+/// No TLS without the feature: a type with no value.
+#[cfg(not(feature = "tls"))]
+#[derive(Clone)]
+enum Tls {}
+
+async fn accept_loop(
+    sh: Arc<Shared>,
+    listener: TcpListener,
+    tls: Option<Tls>,
+    mut stop: watch::Receiver<bool>,
+) {
     loop {
         let accepted = tokio::select! {
             a = listener.accept() => a,
@@ -368,8 +408,16 @@ async fn accept_loop(sh: Arc<Shared>, listener: TcpListener, mut stop: watch::Re
         if *stop.borrow() {
             return;
         }
+        let _ = stream.set_nodelay(true);
         let n = sh.connections.fetch_add(1, Ordering::SeqCst);
         let sh2 = sh.clone();
+        if n >= sh.limits.max_connections && tls.is_some() {
+            // A 503 would need a handshake first: too many connections means
+            // no time for one.
+            drop(stream);
+            sh.connections.fetch_sub(1, Ordering::SeqCst);
+            continue;
+        }
         if n >= sh.limits.max_connections {
             tokio::spawn(async move {
                 let mut s = stream;
@@ -392,8 +440,21 @@ async fn accept_loop(sh: Arc<Shared>, listener: TcpListener, mut stop: watch::Re
             continue;
         }
         let stop = stop.clone();
+        let tls = tls.clone();
         tokio::spawn(async move {
-            serve(&sh2, stream, stop).await;
+            match tls {
+                None => serve(&sh2, stream, stop).await,
+                #[cfg(feature = "tls")]
+                Some(acceptor) => {
+                    // The handshake gets the time a request would.
+                    let hs = timeout(sh2.limits.request_timeout, acceptor.accept(stream)).await;
+                    if let Ok(Ok(tls_stream)) = hs {
+                        serve(&sh2, tls_stream, stop).await;
+                    }
+                }
+                #[cfg(not(feature = "tls"))]
+                Some(never) => match never {},
+            }
             sh2.connections.fetch_sub(1, Ordering::SeqCst);
         });
     }
@@ -616,7 +677,11 @@ fn parse_head(buf: &[u8], limits: &Limits) -> Parsed {
     })
 }
 
-async fn flush(stream: &mut TcpStream, out: &mut Vec<u8>, limits: &Limits) -> bool {
+/// A connection's byte stream: a socket, or TLS over one.
+trait Conn: AsyncRead + AsyncWrite + Unpin + Send {}
+impl<S: AsyncRead + AsyncWrite + Unpin + Send> Conn for S {}
+
+async fn flush(stream: &mut impl Conn, out: &mut Vec<u8>, limits: &Limits) -> bool {
     if out.is_empty() {
         return true;
     }
@@ -631,7 +696,7 @@ async fn flush(stream: &mut TcpStream, out: &mut Vec<u8>, limits: &Limits) -> bo
     ok
 }
 
-async fn fail(sh: &Shared, stream: &mut TcpStream, out: &mut Vec<u8>, r: Response) {
+async fn fail(sh: &Shared, stream: &mut impl Conn, out: &mut Vec<u8>, r: Response) {
     let state = sh.state.load(Ordering::Relaxed);
     write_response(
         out,
@@ -647,8 +712,7 @@ async fn fail(sh: &Shared, stream: &mut TcpStream, out: &mut Vec<u8>, r: Respons
     flush(stream, out, &sh.limits).await;
 }
 
-async fn serve(sh: &Arc<Shared>, mut stream: TcpStream, mut stop: watch::Receiver<bool>) {
-    let _ = stream.set_nodelay(true);
+async fn serve(sh: &Arc<Shared>, mut stream: impl Conn, mut stop: watch::Receiver<bool>) {
     let limits = &sh.limits;
     let mut buf: Vec<u8> = Vec::with_capacity(4096);
     let mut out: Vec<u8> = Vec::with_capacity(4096);

@@ -8,4 +8,5 @@ mod access;
 mod cache;
 mod concurrency;
 mod orm;
+mod tls;
 mod wire;
