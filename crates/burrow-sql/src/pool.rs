@@ -27,7 +27,11 @@ struct Pinned {
 }
 
 struct State {
-    /// Idle connections and when each was last used; the most recent last.
+    /// Idle connections and when each was last handed out; the most recent
+    /// last. Handed out rather than given back: the time read to check an
+    /// idle connection then serves for its next return too, so a call reads
+    /// the clock once, not twice. A connection held long is then pinged once
+    /// more than needed, never once less.
     idle: Vec<(Box<dyn Conn>, Instant)>,
     /// Connections alive: idle, in use, or pinned.
     open: usize,
@@ -90,24 +94,26 @@ impl Pool {
         let mut deadline = None;
         let mut g = self.lock();
         if let Some(p) = g.pinned.iter_mut().find(|p| p.thread == me) {
-            let conn = p.conn.take().ok_or(Error::Transaction(
-                "the transaction's connection is already in use on this thread",
-            ))?;
+            let conn = p.conn.take().ok_or_else(|| {
+                Error::Transaction("the transaction's connection is already in use on this thread")
+            })?;
             return Ok(Lease {
                 pool: self,
                 conn: Some(conn),
                 pinned: true,
+                taken: None,
             });
         }
         loop {
             if let Some((mut conn, used)) = g.idle.pop() {
-                if used.elapsed() < self.check_after_idle {
-                    return Ok(self.lease(conn));
+                let now = Instant::now();
+                if now.saturating_duration_since(used) < self.check_after_idle {
+                    return Ok(self.lease(conn, Some(now)));
                 }
                 // Idle for long: check it outside the lock.
                 drop(g);
                 if !conn.broken() && conn.ping() {
-                    return Ok(self.lease(conn));
+                    return Ok(self.lease(conn, Some(now)));
                 }
                 drop(conn);
                 g = self.lock();
@@ -118,7 +124,7 @@ impl Pool {
                 g.open += 1;
                 drop(g);
                 return match (self.connect)() {
-                    Ok(conn) => Ok(self.lease(conn)),
+                    Ok(conn) => Ok(self.lease(conn, None)),
                     Err(e) => {
                         self.lock().open -= 1;
                         self.wake();
@@ -149,11 +155,12 @@ impl Pool {
         }
     }
 
-    fn lease(&self, conn: Box<dyn Conn>) -> Lease<'_> {
+    fn lease(&self, conn: Box<dyn Conn>, taken: Option<Instant>) -> Lease<'_> {
         Lease {
             pool: self,
             conn: Some(conn),
             pinned: false,
+            taken,
         }
     }
 
@@ -184,10 +191,11 @@ impl Pool {
             pool: self,
             conn: p.conn,
             pinned: false,
+            taken: None,
         })
     }
 
-    fn give_back(&self, conn: Box<dyn Conn>, pinned: bool) {
+    fn give_back(&self, conn: Box<dyn Conn>, pinned: bool, taken: Option<Instant>) {
         let mut g = self.lock();
         if pinned {
             let me = current_thread();
@@ -202,7 +210,7 @@ impl Pool {
             drop(g);
             drop(conn);
         } else {
-            g.idle.push((conn, Instant::now()));
+            g.idle.push((conn, taken.unwrap_or_else(Instant::now)));
             drop(g);
         }
         if wake {
@@ -228,6 +236,8 @@ pub struct Lease<'p> {
     pool: &'p Pool,
     conn: Option<Box<dyn Conn>>,
     pinned: bool,
+    /// When it was handed out, if the clock was read then.
+    taken: Option<Instant>,
 }
 
 impl Lease<'_> {
@@ -247,7 +257,7 @@ impl Lease<'_> {
 impl Drop for Lease<'_> {
     fn drop(&mut self) {
         match self.conn.take() {
-            Some(conn) => self.pool.give_back(conn, self.pinned),
+            Some(conn) => self.pool.give_back(conn, self.pinned, self.taken),
             // Unpinned with no connection: a transaction whose connection was
             // taken (never happens), or a lease emptied by `pin`.
             None if !self.pinned => self.pool.forget(),

@@ -238,6 +238,7 @@ fn write_err(table: &Table, e: rusqlite::Error) -> Error {
 /// refused rather than lost (SQLite would store it as NULL). The external SQL
 /// layer's SQLite and the virtual tables store values the same way, so a file
 /// or a scan reads alike through every path.
+#[inline]
 pub fn stored<'a>(
     v: &'a ValueRef<'_>,
     buf: &'a mut [u8; DATETIME_BUF],
