@@ -147,6 +147,12 @@ pub trait Conn: Send {
     /// Checks that the server still answers (a cheap round trip).
     fn ping(&mut self) -> bool;
 
+    /// Whether the database runs in this process, so that an idle connection
+    /// cannot have been dropped and is never pinged (nor the clock read for it).
+    fn in_process(&self) -> bool {
+        false
+    }
+
     /// The PostgreSQL connection, for its array-bound bulk statements.
     #[cfg(feature = "postgres")]
     fn as_pg(&mut self) -> Option<&mut crate::pg::PgConn> {

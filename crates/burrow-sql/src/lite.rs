@@ -173,6 +173,10 @@ impl Conn for LiteConn {
     fn ping(&mut self) -> bool {
         true
     }
+
+    fn in_process(&self) -> bool {
+        true
+    }
 }
 
 struct LiteRow<'a, 'b>(&'a rusqlite::Row<'b>);

@@ -27,12 +27,13 @@ struct Pinned {
 }
 
 struct State {
-    /// Idle connections and when each was last handed out; the most recent
-    /// last. Handed out rather than given back: the time read to check an
-    /// idle connection then serves for its next return too, so a call reads
-    /// the clock once, not twice. A connection held long is then pinged once
-    /// more than needed, never once less.
-    idle: Vec<(Box<dyn Conn>, Instant)>,
+    /// Idle connections and when each was last handed out (`None` for one
+    /// that is never checked: [`Conn::in_process`]); the most recent last.
+    /// Handed out rather than given back: the time read to check an idle
+    /// connection then serves for its next return too, so a call reads the
+    /// clock once, not twice. A connection held long is then pinged once more
+    /// than needed, never once less.
+    idle: Vec<(Box<dyn Conn>, Option<Instant>)>,
     /// Connections alive: idle, in use, or pinned.
     open: usize,
     pinned: Vec<Pinned>,
@@ -106,6 +107,9 @@ impl Pool {
         }
         loop {
             if let Some((mut conn, used)) = g.idle.pop() {
+                let Some(used) = used else {
+                    return Ok(self.lease(conn, None));
+                };
                 let now = Instant::now();
                 if now.saturating_duration_since(used) < self.check_after_idle {
                     return Ok(self.lease(conn, Some(now)));
@@ -210,7 +214,8 @@ impl Pool {
             drop(g);
             drop(conn);
         } else {
-            g.idle.push((conn, taken.unwrap_or_else(Instant::now)));
+            let stamp = (!conn.in_process()).then(|| taken.unwrap_or_else(Instant::now));
+            g.idle.push((conn, stamp));
             drop(g);
         }
         if wake {
