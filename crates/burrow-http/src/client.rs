@@ -1043,6 +1043,8 @@ impl RemoteEngine {
             }
         }
         let mut simple = json::SimpleWriter::new();
+        // `,"SIMPLE@Table",` as last written: runs of adds repeat it.
+        let mut simple_verb: (Option<&Table>, Vec<u8>) = (None, Vec::new());
         for item in items {
             body.push(b',');
             let verb = |body: &mut Vec<u8>, verb: &[u8]| {
@@ -1054,7 +1056,12 @@ impl RemoteEngine {
             };
             match item.op {
                 BatchOp::Add { id: None, row } => {
-                    verb(&mut body, b"SIMPLE");
+                    if !simple_verb.0.is_some_and(|t| std::ptr::eq(t, item.table)) {
+                        simple_verb.1.clear();
+                        verb(&mut simple_verb.1, b"SIMPLE");
+                        simple_verb.0 = Some(item.table);
+                    }
+                    body.extend_from_slice(&simple_verb.1);
                     simple.write(&mut body, row, JsonDialect::Exact);
                 }
                 BatchOp::Add { id: Some(id), row } => {
