@@ -324,10 +324,13 @@ fn items<'a>(
 }
 
 /// The value of field `idx`, text borrowed from the body when it can be.
-#[inline]
+#[inline(always)]
 fn cell<'a>(r: &mut Reader<'a>, table: &Table, idx: usize) -> Result<Cell<'a>> {
     let kind = table.fields[idx].kind;
     if kind == FieldKind::Text {
+        if let Some(s) = r.plain_string() {
+            return Ok(Cell::Text(s));
+        }
         if r.peek() == Some(b'"') {
             return Ok(match r.string()? {
                 Cow::Borrowed(s) => Cell::Text(s),

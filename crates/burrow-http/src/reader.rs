@@ -150,6 +150,37 @@ impl<'a> Reader<'a> {
         hit
     }
 
+    /// A string with no escape in it, borrowed from the body; `None`, with
+    /// nothing consumed, for anything else (which [`Reader::string`] reads).
+    #[inline]
+    pub fn plain_string(&mut self) -> Option<&'a str> {
+        let b = self.bytes();
+        if b.get(self.pos) != Some(&b'"') {
+            return None;
+        }
+        let start = self.pos + 1;
+        let mut i = start;
+        loop {
+            while let Some(chunk) = b.get(i..i + 8) {
+                let found =
+                    json::needs_escape(u64::from_le_bytes(chunk.try_into().expect("eight bytes")));
+                if found != 0 {
+                    i += found.trailing_zeros() as usize / 8;
+                    break;
+                }
+                i += 8;
+            }
+            match b.get(i) {
+                Some(b'"') => {
+                    self.pos = i + 1;
+                    return Some(&self.s[start..i]);
+                }
+                Some(b'\\' | 0..=0x1f) | None => return None,
+                Some(_) => i += 1,
+            }
+        }
+    }
+
     /// A string, borrowed from the body unless it holds escapes.
     pub fn string(&mut self) -> Result<Cow<'a, str>> {
         if self.peek() != Some(b'"') {
