@@ -571,20 +571,34 @@ fn integers(body: &[u8], hint: usize) -> Option<Vec<i64>> {
     if inner.is_empty() {
         return Some(out);
     }
-    for n in inner.split(|c| *c == b',') {
-        let (neg, digits) = match n.split_first() {
-            Some((b'-', rest)) => (true, rest),
-            _ => (false, n),
-        };
-        if digits.is_empty() || digits.len() > 18 || !digits.iter().all(u8::is_ascii_digit) {
+    let mut i = 0;
+    loop {
+        let neg = inner.get(i) == Some(&b'-');
+        i += usize::from(neg);
+        let start = i;
+        let mut v: i64 = 0;
+        while let Some(d) = inner
+            .get(i)
+            .map(|c| c.wrapping_sub(b'0'))
+            .filter(|d| *d < 10)
+        {
+            // At most 18 digits: always within an i64.
+            if i - start == 18 {
+                return None;
+            }
+            v = v * 10 + i64::from(d);
+            i += 1;
+        }
+        if i == start {
             return None;
         }
-        let v = digits
-            .iter()
-            .fold(0i64, |acc, d| acc * 10 + i64::from(d - b'0'));
         out.push(if neg { -v } else { v });
+        match inner.get(i) {
+            None => return Some(out),
+            Some(b',') => i += 1,
+            Some(_) => return None,
+        }
     }
-    Some(out)
 }
 
 fn mismatch() -> Error {
@@ -1198,5 +1212,37 @@ impl RemoteEngine {
             return Err(reply.error(None));
         }
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod test {
+    use super::integers;
+
+    #[test]
+    fn batch_results_as_integers() {
+        assert_eq!(integers(b"[]", 0), Some(vec![]));
+        assert_eq!(
+            integers(b" [1,200,-3,404,999999999999999999]\n", 5),
+            Some(vec![1, 200, -3, 404, 999_999_999_999_999_999])
+        );
+        for other in [
+            &b"[1,]"[..],
+            b"[,1]",
+            b"[1 ,2]",
+            b"[1.5]",
+            b"[-]",
+            b"[1000000000000000000]",
+            b"[\"OK\"]",
+            b"[{\"errorCode\":409}]",
+            b"1,2",
+        ] {
+            assert_eq!(
+                integers(other, 1),
+                None,
+                "{}",
+                String::from_utf8_lossy(other)
+            );
+        }
     }
 }
