@@ -88,19 +88,25 @@ impl<'a> Reader<'a> {
 
     /// After an element: `true` on `,` (another one follows), `false` on the
     /// closing `close`.
+    #[inline]
     pub fn more(&mut self, close: u8) -> Result<bool> {
-        // Compact bodies have no whitespace between items.
+        // Compact bodies have no whitespace between items: that case is
+        // inlined into the loops over rows and values, the rest is not.
         match self.bytes().get(self.pos) {
             Some(b',') => {
                 self.pos += 1;
-                return Ok(true);
+                Ok(true)
             }
             Some(&c) if c == close => {
                 self.pos += 1;
-                return Ok(false);
+                Ok(false)
             }
-            _ => {}
+            _ => self.more_spaced(close),
         }
+    }
+
+    #[inline(never)]
+    fn more_spaced(&mut self, close: u8) -> Result<bool> {
         match self.peek() {
             Some(b',') => {
                 self.pos += 1;
