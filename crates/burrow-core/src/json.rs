@@ -251,6 +251,25 @@ impl SimpleWriter {
                 out.push(b',');
             }
             let v = rec.field(i);
+            // The usual values of a record, which need no conversion (see
+            // `typed`), go straight to their writer.
+            match (&v, f.kind) {
+                (ValueRef::Text(t), FieldKind::Text) => {
+                    write_str(out, t);
+                    continue;
+                }
+                (ValueRef::Currency(c), _) => {
+                    write_currency(out, *c);
+                    continue;
+                }
+                (ValueRef::Date(d), FieldKind::Date) => {
+                    if let Some(buf) = quoted_date(*d) {
+                        out.extend_from_slice(&buf);
+                        continue;
+                    }
+                }
+                _ => {}
+            }
             if let ValueRef::DateTime(t) = v {
                 let exact = dialect == JsonDialect::Exact;
                 if exact || f.auto == AutoTime::No {

@@ -324,12 +324,21 @@ fn items<'a>(
 }
 
 /// The value of field `idx`, text borrowed from the body when it can be.
+#[inline(always)]
 fn cell<'a>(r: &mut Reader<'a>, table: &Table, idx: usize) -> Result<Cell<'a>> {
-    if table.fields[idx].kind == FieldKind::Text && r.peek() == Some(b'"') {
-        return Ok(match r.string()? {
-            Cow::Borrowed(s) => Cell::Text(s),
-            Cow::Owned(s) => Cell::Owned(Value::Text(s)),
-        });
+    let kind = table.fields[idx].kind;
+    if kind == FieldKind::Text {
+        if let Some(s) = r.plain_string() {
+            return Ok(Cell::Text(s));
+        }
+        if r.peek() == Some(b'"') {
+            return Ok(match r.string()? {
+                Cow::Borrowed(s) => Cell::Text(s),
+                Cow::Owned(s) => Cell::Owned(Value::Text(s)),
+            });
+        }
+    } else if let Some(v) = r.common(kind) {
+        return Ok(Cell::Owned(v));
     }
     r.field(table, idx).map(Cell::Owned)
 }

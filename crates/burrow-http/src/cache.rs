@@ -37,7 +37,9 @@ pub struct CacheRule {
     pub max_entries: usize,
 }
 
-type Rows = HashMap<i64, (Instant, Arc<OwnedRow>)>;
+// foldhash rather than SipHash: a batch stores thousands of rows at once, and
+// the seed is still random per map.
+type Rows = HashMap<i64, (Instant, Arc<OwnedRow>), foldhash::fast::RandomState>;
 
 struct TableCache {
     table: &'static str,
@@ -180,7 +182,7 @@ impl OrmCache {
         self.tables.push(TableCache {
             table: name,
             rule,
-            rows: RwLock::new(HashMap::new()),
+            rows: RwLock::new(HashMap::default()),
         });
     }
 

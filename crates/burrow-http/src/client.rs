@@ -664,20 +664,34 @@ fn integers(body: &[u8], hint: usize) -> Option<Vec<i64>> {
     if inner.is_empty() {
         return Some(out);
     }
-    for n in inner.split(|c| *c == b',') {
-        let (neg, digits) = match n.split_first() {
-            Some((b'-', rest)) => (true, rest),
-            _ => (false, n),
-        };
-        if digits.is_empty() || digits.len() > 18 || !digits.iter().all(u8::is_ascii_digit) {
+    let mut i = 0;
+    loop {
+        let neg = inner.get(i) == Some(&b'-');
+        i += usize::from(neg);
+        let start = i;
+        let mut v: i64 = 0;
+        while let Some(d) = inner
+            .get(i)
+            .map(|c| c.wrapping_sub(b'0'))
+            .filter(|d| *d < 10)
+        {
+            // At most 18 digits: always within an i64.
+            if i - start == 18 {
+                return None;
+            }
+            v = v * 10 + i64::from(d);
+            i += 1;
+        }
+        if i == start {
             return None;
         }
-        let v = digits
-            .iter()
-            .fold(0i64, |acc, d| acc * 10 + i64::from(d - b'0'));
         out.push(if neg { -v } else { v });
+        match inner.get(i) {
+            None => return Some(out),
+            Some(b',') => i += 1,
+            Some(_) => return None,
+        }
     }
-    Some(out)
 }
 
 fn mismatch() -> Error {
@@ -1136,6 +1150,8 @@ impl RemoteEngine {
             }
         }
         let mut simple = json::SimpleWriter::new();
+        // `,"SIMPLE@Table",` as last written: runs of adds repeat it.
+        let mut simple_verb: (Option<&Table>, Vec<u8>) = (None, Vec::new());
         for item in items {
             body.push(b',');
             let verb = |body: &mut Vec<u8>, verb: &[u8]| {
@@ -1147,7 +1163,12 @@ impl RemoteEngine {
             };
             match item.op {
                 BatchOp::Add { id: None, row } => {
-                    verb(&mut body, b"SIMPLE");
+                    if !simple_verb.0.is_some_and(|t| std::ptr::eq(t, item.table)) {
+                        simple_verb.1.clear();
+                        verb(&mut simple_verb.1, b"SIMPLE");
+                        simple_verb.0 = Some(item.table);
+                    }
+                    body.extend_from_slice(&simple_verb.1);
                     simple.write(&mut body, row, JsonDialect::Exact);
                 }
                 BatchOp::Add { id: Some(id), row } => {
@@ -1284,5 +1305,37 @@ impl RemoteEngine {
             return Err(reply.error(None));
         }
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod test {
+    use super::integers;
+
+    #[test]
+    fn batch_results_as_integers() {
+        assert_eq!(integers(b"[]", 0), Some(vec![]));
+        assert_eq!(
+            integers(b" [1,200,-3,404,999999999999999999]\n", 5),
+            Some(vec![1, 200, -3, 404, 999_999_999_999_999_999])
+        );
+        for other in [
+            &b"[1,]"[..],
+            b"[,1]",
+            b"[1 ,2]",
+            b"[1.5]",
+            b"[-]",
+            b"[1000000000000000000]",
+            b"[\"OK\"]",
+            b"[{\"errorCode\":409}]",
+            b"1,2",
+        ] {
+            assert_eq!(
+                integers(other, 1),
+                None,
+                "{}",
+                String::from_utf8_lossy(other)
+            );
+        }
     }
 }

@@ -88,19 +88,25 @@ impl<'a> Reader<'a> {
 
     /// After an element: `true` on `,` (another one follows), `false` on the
     /// closing `close`.
+    #[inline]
     pub fn more(&mut self, close: u8) -> Result<bool> {
-        // Compact bodies have no whitespace between items.
+        // Compact bodies have no whitespace between items: that case is
+        // inlined into the loops over rows and values, the rest is not.
         match self.bytes().get(self.pos) {
             Some(b',') => {
                 self.pos += 1;
-                return Ok(true);
+                Ok(true)
             }
             Some(&c) if c == close => {
                 self.pos += 1;
-                return Ok(false);
+                Ok(false)
             }
-            _ => {}
+            _ => self.more_spaced(close),
         }
+    }
+
+    #[inline(never)]
+    fn more_spaced(&mut self, close: u8) -> Result<bool> {
         match self.peek() {
             Some(b',') => {
                 self.pos += 1;
@@ -148,6 +154,37 @@ impl<'a> Reader<'a> {
             self.pos += n + 2;
         }
         hit
+    }
+
+    /// A string with no escape in it, borrowed from the body; `None`, with
+    /// nothing consumed, for anything else (which [`Reader::string`] reads).
+    #[inline]
+    pub fn plain_string(&mut self) -> Option<&'a str> {
+        let b = self.bytes();
+        if b.get(self.pos) != Some(&b'"') {
+            return None;
+        }
+        let start = self.pos + 1;
+        let mut i = start;
+        loop {
+            while let Some(chunk) = b.get(i..i + 8) {
+                let found =
+                    json::needs_escape(u64::from_le_bytes(chunk.try_into().expect("eight bytes")));
+                if found != 0 {
+                    i += found.trailing_zeros() as usize / 8;
+                    break;
+                }
+                i += 8;
+            }
+            match b.get(i) {
+                Some(b'"') => {
+                    self.pos = i + 1;
+                    return Some(&self.s[start..i]);
+                }
+                Some(b'\\' | 0..=0x1f) | None => return None,
+                Some(_) => i += 1,
+            }
+        }
     }
 
     /// A string, borrowed from the body unless it holds escapes.
@@ -437,6 +474,45 @@ impl<'a> Reader<'a> {
         Some(Value::DateTime(t))
     }
 
+    /// The shapes a batch row's values nearly always take, read in one pass
+    /// without the general path's intermediate text: a plain number for an
+    /// integer or an amount, a quoted `YYYY-MM-DD` date, the date-time read
+    /// just before. `None`, with nothing consumed, leaves the value to
+    /// [`Reader::field`], which reads every form and words the errors.
+    #[inline]
+    pub fn common(&mut self, kind: FieldKind) -> Option<Value> {
+        let b = self.bytes();
+        let at = self.pos;
+        match kind {
+            FieldKind::Currency => {
+                let (c, end) = plain_amount(b, at)?;
+                self.pos = end;
+                Some(Value::Currency(c))
+            }
+            FieldKind::I64 | FieldKind::Reference(_) => {
+                let end = plain_number_end(b, at)?;
+                let v = number_value(kind, &self.s[at..end])?;
+                self.pos = end;
+                Some(v)
+            }
+            FieldKind::Date => {
+                let q = b.get(at..at + 12)?;
+                if q[0] != b'"' || q[5] != b'-' || q[8] != b'-' || q[11] != b'"' {
+                    return None;
+                }
+                let year = digits2(q, 1)? * 100 + digits2(q, 3)?;
+                let d = NaiveDate::from_ymd_opt(year as i32, digits2(q, 6)?, digits2(q, 9)?)?;
+                self.pos = at + 12;
+                Some(Value::Date(d))
+            }
+            FieldKind::DateTime => {
+                let (text, t) = self.last_datetime?;
+                self.eat_quoted(text).then_some(Value::DateTime(t))
+            }
+            _ => None,
+        }
+    }
+
     /// The value of field `idx` of `table`, converted to the field's kind.
     pub fn field(&mut self, table: &Table, idx: usize) -> Result<Value> {
         let f = &table.fields[idx];
@@ -497,6 +573,35 @@ impl<'a> Reader<'a> {
     }
 }
 
+/// The end of the number starting at `at` when it is plain JSON
+/// (`-?(0|[1-9][0-9]*)(\.[0-9]+)?`, no exponent) and a delimiter follows it;
+/// `None` for anything else, which the general path reads or refuses.
+fn plain_number_end(b: &[u8], at: usize) -> Option<usize> {
+    let mut i = at + usize::from(b.get(at) == Some(&b'-'));
+    let int = i;
+    while b.get(i).is_some_and(u8::is_ascii_digit) {
+        i += 1;
+    }
+    if i == int || (b[int] == b'0' && i > int + 1) {
+        return None;
+    }
+    if b.get(i) == Some(&b'.') {
+        i += 1;
+        let frac = i;
+        while b.get(i).is_some_and(u8::is_ascii_digit) {
+            i += 1;
+        }
+        if i == frac {
+            return None;
+        }
+    }
+    matches!(
+        b.get(i),
+        Some(b',' | b']' | b'}' | b' ' | b'\t' | b'\n' | b'\r') | None
+    )
+    .then_some(i)
+}
+
 /// The common numbers, converted without going through a double: integers
 /// for integer fields, and amounts with at most four decimals. `None` leaves
 /// the number to the general rules.
@@ -515,7 +620,8 @@ fn number_value(kind: FieldKind, text: &str) -> Option<Value> {
 
 /// `-?digits(.digits)?` with at most four significant decimals and at most
 /// 15 significant digits in all: the amounts a double holds exactly, read
-/// straight from their digits.
+/// straight from their digits. `None` as well for an amount beyond
+/// [`Currency`]'s range, which the general path refuses.
 fn exact_currency(b: &[u8]) -> Option<Currency> {
     let (neg, b) = match b.split_first() {
         Some((b'-', rest)) => (true, rest),
@@ -526,23 +632,86 @@ fn exact_currency(b: &[u8]) -> Option<Currency> {
         Some(_) => return None,
         None => (b, &b[..0]),
     };
-    let frac_len = frac.len() - frac.iter().rev().take_while(|c| **c == b'0').count();
+    let mut frac_len = frac.len();
+    while frac_len > 0 && frac[frac_len - 1] == b'0' {
+        frac_len -= 1;
+    }
     let frac = &frac[..frac_len];
-    if int.is_empty()
-        || frac.len() > 4
-        || int.len() + frac.len() > 15
-        || !int.iter().chain(frac).all(u8::is_ascii_digit)
-    {
+    if int.is_empty() || frac.len() > 4 || int.len() + frac.len() > 15 {
         return None;
     }
     let mut v: i64 = 0;
-    for &c in int.iter().chain(frac) {
-        v = v * 10 + i64::from(c - b'0');
+    for part in [int, frac] {
+        for &c in part {
+            let d = c.wrapping_sub(b'0');
+            if d > 9 {
+                return None;
+            }
+            v = v * 10 + i64::from(d);
+        }
     }
-    for _ in frac.len()..4 {
-        v *= 10;
-    }
+    scaled_amount(v, frac.len(), neg)
+}
+
+/// `digits` (an amount with `decimals` significant decimals, at most 15
+/// digits) in 1/10,000, `None` beyond the range of an `i64`.
+fn scaled_amount(digits: i64, decimals: usize, neg: bool) -> Option<Currency> {
+    const SCALE: [i64; 5] = [10_000, 1_000, 100, 10, 1];
+    let v = digits.checked_mul(SCALE[decimals])?;
     Some(Currency::from_scaled(if neg { -v } else { v }))
+}
+
+/// A plain amount starting at `at` (as [`plain_number_end`] accepts, not
+/// `-0…`) read in one pass as [`exact_currency`] reads it, and its end.
+fn plain_amount(b: &[u8], at: usize) -> Option<(Currency, usize)> {
+    let neg = b.get(at) == Some(&b'-');
+    let start = at + usize::from(neg);
+    let mut i = start;
+    let mut v: i64 = 0;
+    while let Some(d) = b.get(i).map(|c| c.wrapping_sub(b'0')).filter(|d| *d < 10) {
+        if i - start == 15 {
+            return None;
+        }
+        v = v * 10 + i64::from(d);
+        i += 1;
+    }
+    let int_len = i - start;
+    if int_len == 0 || (b[start] == b'0' && (int_len > 1 || neg)) {
+        return None;
+    }
+    // Decimals up to the last one that is not zero: trailing zeros are dropped.
+    let mut decimals = 0;
+    if b.get(i) == Some(&b'.') {
+        i += 1;
+        let first = i;
+        let mut zeros = 0;
+        while let Some(d) = b.get(i).map(|c| c.wrapping_sub(b'0')).filter(|d| *d < 10) {
+            if d == 0 {
+                zeros += 1;
+            } else {
+                decimals += zeros + 1;
+                if decimals > 4 || int_len + decimals > 15 {
+                    return None;
+                }
+                for _ in 0..zeros {
+                    v *= 10;
+                }
+                v = v * 10 + i64::from(d);
+                zeros = 0;
+            }
+            i += 1;
+        }
+        if i == first {
+            return None;
+        }
+    }
+    if !matches!(
+        b.get(i),
+        Some(b',' | b']' | b'}' | b' ' | b'\t' | b'\n' | b'\r') | None
+    ) {
+        return None;
+    }
+    Some((scaled_amount(v, decimals, neg)?, i))
 }
 
 fn digits2(b: &[u8], at: usize) -> Option<u32> {
@@ -647,9 +816,102 @@ mod test {
             assert_eq!(Some(c), Currency::from_f64(f), "{s}");
             assert_eq!(c.to_f64(), f, "{s}");
         }
+        // Fifteen digits fit a double, but not every one of them an amount:
+        // these once wrapped around in the multiplication to 1/10,000.
+        for s in ["999999999999999", "-922337203685478"] {
+            assert_eq!(exact_currency(s.as_bytes()), None, "{s}");
+            assert_eq!(plain_amount(s.as_bytes(), 0), None, "{s}");
+        }
         for s in ["1.23456", "1e3", "1234567890123456", ".5", "5.", "-"] {
             assert_eq!(exact_currency(s.as_bytes()), None, "{s}");
         }
+    }
+
+    #[test]
+    fn common_shapes_agree_with_the_general_path() -> Result<()> {
+        use burrow_core::Field;
+        static T: Table = Table {
+            name: "T",
+            fields: &[
+                Field::new("N", FieldKind::I64),
+                Field::new("A", FieldKind::Currency),
+                Field::new("D", FieldKind::Date),
+                Field::new("T", FieldKind::DateTime),
+            ],
+        };
+        let cases: [(usize, &[&str]); 4] = [
+            (
+                0,
+                &[
+                    "0",
+                    "17",
+                    "-5",
+                    "9223372036854775807",
+                    "9223372036854775808",
+                    "1.5",
+                    "1e3",
+                    "01",
+                    "-0",
+                    "-",
+                ],
+            ),
+            (
+                1,
+                &[
+                    "0",
+                    "12.25",
+                    "-0.01",
+                    "3.10",
+                    "1.23456",
+                    "1e3",
+                    "-0.5",
+                    "00.5",
+                    "5.",
+                    "99999999999.9999",
+                    "7.00000",
+                    "1.000001",
+                    "922337203685477",
+                    "922337203685478",
+                    "999999999999999",
+                    "-999999999999999",
+                    "1234567890123456",
+                ],
+            ),
+            (
+                2,
+                &[
+                    r#""2024-02-29""#,
+                    r#""2023-02-29""#,
+                    r#""2024-13-01""#,
+                    r#""0000-01-01""#,
+                    r#""2024-1-01""#,
+                    r#""""#,
+                    r#""2024-02-29x""#,
+                ],
+            ),
+            (3, &[r#""2024-01-02T03:04:05""#, r#""2024-01-02T03:04:06""#]),
+        ];
+        for (idx, texts) in cases {
+            for text in texts {
+                for tail in [",", "]", " ,", ""] {
+                    let body = format!("{text}{tail}");
+                    let mut fast = Reader::new(&body);
+                    let mut slow = Reader::new(&body);
+                    // The date-time case: the reader just met this one.
+                    fast.last_datetime = Some(("2024-01-02T03:04:05", Utc::now()));
+                    slow.last_datetime = fast.last_datetime;
+                    let got = fast.common(T.fields[idx].kind);
+                    let want = slow.field(&T, idx);
+                    if let Some(v) = got {
+                        assert_eq!(Some(&v), want.as_ref().ok(), "{body}");
+                        assert_eq!(fast.pos, slow.pos, "{body}");
+                    } else {
+                        assert_eq!(fast.pos, 0, "{body}");
+                    }
+                }
+            }
+        }
+        Ok(())
     }
 
     #[test]
