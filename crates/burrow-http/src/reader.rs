@@ -167,15 +167,7 @@ impl<'a> Reader<'a> {
         let start = self.pos + 1;
         let mut i = start;
         loop {
-            while let Some(chunk) = b.get(i..i + 8) {
-                let found =
-                    json::needs_escape(u64::from_le_bytes(chunk.try_into().expect("eight bytes")));
-                if found != 0 {
-                    i += found.trailing_zeros() as usize / 8;
-                    break;
-                }
-                i += 8;
-            }
+            i = plain_run(b, i);
             match b.get(i) {
                 Some(b'"') => {
                     self.pos = i + 1;
@@ -196,16 +188,7 @@ impl<'a> Reader<'a> {
         let start = self.pos + 1;
         let mut i = start;
         loop {
-            // Eight bytes at a time, up to the first one that may end the run.
-            while let Some(chunk) = b.get(i..i + 8) {
-                let found =
-                    json::needs_escape(u64::from_le_bytes(chunk.try_into().expect("eight bytes")));
-                if found != 0 {
-                    i += found.trailing_zeros() as usize / 8;
-                    break;
-                }
-                i += 8;
-            }
+            i = plain_run(b, i);
             match b.get(i) {
                 Some(b'"') => {
                     self.pos = i + 1;
@@ -762,6 +745,20 @@ fn iso_datetime(b: &[u8]) -> Option<DateTime<Utc>> {
     let date = NaiveDate::from_ymd_opt(year as i32, month, day)?;
     let time = NaiveTime::from_hms_nano_opt(hour, min, sec, nanos)?;
     Some(date.and_time(time).and_utc())
+}
+
+/// Where the run of string bytes that need no escape, from `i`, ends: looked
+/// at eight bytes at a time, up to the first one that may end the string.
+#[inline]
+fn plain_run(b: &[u8], mut i: usize) -> usize {
+    while let Some(chunk) = b.get(i..i + 8) {
+        let found = json::needs_escape(u64::from_le_bytes(chunk.try_into().expect("eight bytes")));
+        if found != 0 {
+            return i + found.trailing_zeros() as usize / 8;
+        }
+        i += 8;
+    }
+    i
 }
 
 #[cfg(test)]
