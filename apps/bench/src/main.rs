@@ -282,6 +282,7 @@ fn run_cell(
         // Fill untimed with the fastest insert, then time the read.
         target.insert(Mode::BatchTrans, &mut make_all(n))?;
         verify_table(target.as_ref(), n, since)?;
+        target.prepare_read(mode, n)?;
         let start = Instant::now();
         let rows = target.read(mode, n)?;
         let secs = start.elapsed().as_secs_f64();

@@ -73,6 +73,11 @@ pub trait Target {
     fn insert(&mut self, mode: Mode, rows: &mut Vec<Sample>) -> Result<Vec<i64>, String>;
     /// Reads `n` rows (IDs 1..=n) in `mode`.
     fn read(&mut self, mode: Mode, n: usize) -> Result<Vec<Sample>, String>;
+    /// Gets ready, untimed, for a `read` of `n` rows in `mode` (a client cache
+    /// is filled for Cached).
+    fn prepare_read(&mut self, _mode: Mode, _n: usize) -> Result<(), String> {
+        Ok(())
+    }
     /// The table's totals, read outside the path being measured.
     fn stats(&self) -> Result<Stats, String>;
     /// One row, read outside the path being measured.
