@@ -12,6 +12,40 @@ use chrono::{DateTime, Datelike, NaiveDate, NaiveDateTime, NaiveTime, Timelike, 
 /// Room for the longest date-time this module writes.
 pub const DATETIME_BUF: usize = 32;
 
+/// The current time, as [`Utc::now`] gives it. Every write stamps its
+/// records' automatic times, and most of `Utc::now`'s cost is turning the
+/// clock's seconds into a calendar date; the date changes once a day, so each
+/// thread keeps the last one it worked out.
+pub fn now() -> DateTime<Utc> {
+    use std::time::{SystemTime, UNIX_EPOCH};
+    thread_local!(static DAY: DayCache = const { DayCache::new(None) });
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .ok()
+        .and_then(|since| DAY.with(|day| from_unix(since, day)))
+        .unwrap_or_else(Utc::now)
+}
+
+/// The last day number (since 1970) turned into a date, and its date.
+type DayCache = std::cell::Cell<Option<(i64, NaiveDate)>>;
+
+/// The time `since` the Unix epoch, the date taken from `cache` when it holds
+/// the same day (and put there when not).
+fn from_unix(since: std::time::Duration, cache: &DayCache) -> Option<DateTime<Utc>> {
+    let secs = i64::try_from(since.as_secs()).ok()?;
+    let (day, in_day) = (secs.div_euclid(86_400), secs.rem_euclid(86_400) as u32);
+    let date = match cache.get() {
+        Some((d, date)) if d == day => date,
+        _ => {
+            let date = DateTime::from_timestamp(secs, 0)?.date_naive();
+            cache.set(Some((day, date)));
+            date
+        }
+    };
+    let time = NaiveTime::from_num_seconds_from_midnight_opt(in_day, since.subsec_nanos())?;
+    Some(NaiveDateTime::new(date, time).and_utc())
+}
+
 fn put2(buf: &mut [u8], at: usize, v: u32) {
     buf[at] = b'0' + (v / 10) as u8;
     buf[at + 1] = b'0' + (v % 10) as u8;
@@ -187,6 +221,37 @@ mod test {
         }
         let now = Utc::now();
         assert_eq!(parse_datetime(&format_datetime(now)), Some(now));
+    }
+
+    #[test]
+    fn now_matches_chrono_across_days() {
+        let before = Utc::now();
+        let t = now();
+        assert!(before <= t && t <= Utc::now());
+        let cache = DayCache::new(None);
+        // Either side of midnights, leap days and the epoch, through one cache.
+        for secs in [
+            0u64,
+            86_399,
+            86_400,
+            951_782_399,
+            951_782_400,
+            951_868_800,
+            1_709_164_799,
+            1_709_164_800,
+            1_709_251_200,
+            1_709_251_199,
+            4_102_444_800,
+        ] {
+            for nanos in [0, 1, 999_999_999] {
+                let since = std::time::Duration::new(secs, nanos);
+                assert_eq!(
+                    from_unix(since, &cache),
+                    DateTime::from_timestamp(secs as i64, nanos),
+                    "{secs}.{nanos}"
+                );
+            }
+        }
     }
 
     #[test]

@@ -3,8 +3,6 @@
 use std::marker::PhantomData;
 use std::ops::Deref;
 
-use chrono::Utc;
-
 use crate::batch::{field_subset, Batch};
 use crate::error::{Error, Result};
 use crate::filter::Filter;
@@ -98,7 +96,7 @@ pub trait Orm: Send + Sync {
     /// Writes every field of `rec` to the record with its ID (refreshing its
     /// modification time); [`Error::NotFound`] if there is none.
     fn update<T: Record>(&self, rec: &mut T) -> Result<()> {
-        rec.stamp(Utc::now(), false);
+        rec.stamp(crate::datetime::now(), false);
         found(self.route(T::table())?.update(T::table(), rec, None)?, rec)
     }
 
@@ -106,7 +104,7 @@ pub trait Orm: Send + Sync {
     /// unknown names are refused before anything is written.
     fn update_fields<T: Record>(&self, rec: &mut T, fields: &[&str]) -> Result<()> {
         let idx = field_subset(T::table(), fields)?;
-        rec.stamp(Utc::now(), false);
+        rec.stamp(crate::datetime::now(), false);
         found(
             self.route(T::table())?
                 .update(T::table(), rec, Some(&idx))?,
@@ -192,7 +190,7 @@ pub trait Orm: Send + Sync {
     /// Sends every item of `batch` and empties it; returns one result per item,
     /// in order. See [`crate::BatchOptions`] for how it is committed.
     fn send(&self, batch: &mut Batch) -> Result<Vec<BatchResult>> {
-        batch.stamp(Utc::now());
+        batch.stamp(crate::datetime::now());
         let results = run_batch(self, batch);
         batch.clear();
         results
@@ -245,7 +243,7 @@ pub trait Orm: Send + Sync {
 }
 
 fn insert<O: Orm + ?Sized, T: Record>(orm: &O, rec: &mut T, id: Option<i64>) -> Result<i64> {
-    rec.stamp(Utc::now(), true);
+    rec.stamp(crate::datetime::now(), true);
     let new_id = orm.route(T::table())?.insert(T::table(), id, rec)?;
     rec.set_id(new_id);
     Ok(new_id)

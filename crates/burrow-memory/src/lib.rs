@@ -87,6 +87,7 @@
 //! one engine (above).
 
 mod arena;
+mod ids;
 mod layout;
 mod options;
 mod persist;
