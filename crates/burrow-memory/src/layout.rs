@@ -317,7 +317,7 @@ impl Layout {
             }
             out[i >> 3] |= 1 << (i & 7);
             if s.enc.is_var() {
-                self.end_var(out, at)?;
+                self.end_var(out, at, &[])?;
             }
             return Ok(());
         }
@@ -397,34 +397,27 @@ impl Layout {
                 out[at..at + 8].copy_from_slice(&t.timestamp().to_le_bytes());
                 out[at + 8..at + 12].copy_from_slice(&t.timestamp_subsec_nanos().to_le_bytes());
             }
-            Enc::Text => match v {
-                ValueRef::Text(t) => {
-                    out.extend_from_slice(t.as_bytes());
-                    self.end_var(out, at)?;
-                }
-                _ => return Err(mismatch()),
-            },
-            Enc::Blob => match v {
-                ValueRef::Blob(b) => {
-                    out.extend_from_slice(b);
-                    self.end_var(out, at)?;
-                }
-                _ => return Err(mismatch()),
-            },
+            Enc::Text | Enc::Blob => {
+                let bytes = match (s.enc, v) {
+                    (Enc::Text, ValueRef::Text(t)) => t.as_bytes(),
+                    (Enc::Blob, ValueRef::Blob(b)) => b,
+                    _ => return Err(mismatch()),
+                };
+                self.end_var(out, at, bytes)?;
+            }
         }
         Ok(())
     }
 
-    fn end_var(&self, out: &mut [u8], k: usize) -> Result<()> {
-        let end = u32::try_from(out.len() - self.var_base).map_err(|_| {
-            Error::BadInput(format!(
-                "a row of {} exceeds 4 GiB of text and blobs",
-                self.table
-            ))
-        })?;
-        let p = self.var_table + 4 * k;
-        out[p..p + 4].copy_from_slice(&end.to_le_bytes());
-        Ok(())
+    /// [`Layout::put_var`], or the error of a row past 4 GiB of var data.
+    fn end_var(&self, out: &mut Vec<u8>, k: usize, bytes: &[u8]) -> Result<()> {
+        if self.put_var(out, k, bytes) {
+            return Ok(());
+        }
+        Err(Error::BadInput(format!(
+            "a row of {} exceeds 4 GiB of text and blobs",
+            self.table
+        )))
     }
 
     /// Checks that `row` is a well-formed row of this layout (lengths, offsets,
