@@ -102,11 +102,13 @@ pub struct KeptConnection {
     /// Where each SQL text's statement is in `statements`: a hit costs one
     /// hash of the text.
     by_sql: HashMap<Box<str>, usize, foldhash::fast::RandomState>,
-    /// The statement used last and its text. A per-row loop runs one
-    /// statement over and over, and comparing its text costs less than
-    /// hashing it: a lookup fell from about 200 instructions to 80 (callgrind,
-    /// the engine benchmark's insert).
-    last: Option<(Box<str>, usize)>,
+    /// The text of each statement in `statements`.
+    texts: Vec<Box<str>>,
+    /// The statement used last. A per-row loop runs one statement over and
+    /// over, and comparing its text costs less than hashing it: a lookup fell
+    /// from about 200 instructions to 80 (callgrind, the engine benchmark's
+    /// insert).
+    last: Option<usize>,
     conn: Box<Connection>,
 }
 
@@ -127,6 +129,7 @@ impl KeptConnection {
         KeptConnection {
             statements: Vec::new(),
             by_sql: HashMap::default(),
+            texts: Vec::new(),
             last: None,
             conn: Box::new(conn),
         }
@@ -140,9 +143,9 @@ impl KeptConnection {
     /// The statement of `sql`, prepared on first use. Its parameters keep
     /// their last bindings: bind every one before running it.
     pub fn statement(&mut self, sql: &str) -> rusqlite::Result<KeptStatement<'_>> {
-        if let Some((text, at)) = &self.last {
-            if **text == *sql {
-                return Ok(KeptStatement(&mut self.statements[*at]));
+        if let Some(at) = self.last {
+            if *self.texts[at] == *sql {
+                return Ok(KeptStatement(&mut self.statements[at]));
             }
         }
         let at = match self.by_sql.get(sql) {
@@ -151,15 +154,17 @@ impl KeptConnection {
                 if self.statements.len() >= KEPT_MAX {
                     self.last = None;
                     self.statements.clear();
+                    self.texts.clear();
                     self.by_sql.clear();
                 }
                 self.statements.push(keep(&self.conn, sql)?);
                 let at = self.statements.len() - 1;
+                self.texts.push(sql.into());
                 self.by_sql.insert(sql.into(), at);
                 at
             }
         };
-        self.last = Some((sql.into(), at));
+        self.last = Some(at);
         Ok(KeptStatement(&mut self.statements[at]))
     }
 }
