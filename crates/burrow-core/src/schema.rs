@@ -50,6 +50,9 @@ impl FieldKind {
     pub fn typed(self, v: &crate::ValueRef<'_>) -> Option<crate::ValueRef<'static>> {
         use crate::datetime::{parse_date, parse_datetime};
         use crate::ValueRef as V;
+        if !self.has_stored_form() {
+            return None;
+        }
         Some(match (self, v) {
             (FieldKind::Currency, V::Int(i)) => V::Currency(crate::Currency::from_scaled(*i)),
             (FieldKind::Bool, V::Int(i)) => V::Bool(*i != 0),
@@ -61,6 +64,17 @@ impl FieldKind {
             }
             _ => return None,
         })
+    }
+
+    /// Whether engines may store values of this kind in another form, which
+    /// [`FieldKind::typed`] turns back; for the other kinds a stored value is
+    /// already the typed one, and readers on a per-row path skip the call.
+    #[inline]
+    pub const fn has_stored_form(self) -> bool {
+        matches!(
+            self,
+            FieldKind::Currency | FieldKind::Bool | FieldKind::Date | FieldKind::DateTime
+        )
     }
 
     /// A short name, for messages.

@@ -109,13 +109,12 @@ impl Row for TypedRow<'_> {
             .get(idx)
             .ok_or_else(|| Error::BadInput(format!("no field #{idx}")))?;
         let v = self.raw.value(idx + 1)?;
-        // Only these kinds are stored in another form: the others skip the
-        // conversion call, paid per field of every row read.
-        Ok(match f.kind {
-            FieldKind::Currency | FieldKind::Bool | FieldKind::Date | FieldKind::DateTime => {
-                typed(f.kind, v)
-            }
-            _ => v,
+        // The conversion call is paid per field of every row read: skipped for
+        // the kinds stored as they are.
+        Ok(if f.kind.has_stored_form() {
+            typed(f.kind, v)
+        } else {
+            v
         })
     }
 }
