@@ -160,23 +160,13 @@ impl<'a> Reader<'a> {
     /// nothing consumed, for anything else (which [`Reader::string`] reads).
     #[inline]
     pub fn plain_string(&mut self) -> Option<&'a str> {
-        let b = self.bytes();
-        if b.get(self.pos) != Some(&b'"') {
+        if self.bytes().get(self.pos) != Some(&b'"') {
             return None;
         }
         let start = self.pos + 1;
-        let mut i = start;
-        loop {
-            i = plain_run(b, i);
-            match b.get(i) {
-                Some(b'"') => {
-                    self.pos = i + 1;
-                    return Some(&self.s[start..i]);
-                }
-                Some(b'\\' | 0..=0x1f) | None => return None,
-                Some(_) => i += 1,
-            }
-        }
+        let end = plain_end(self.bytes(), start).ok()?;
+        self.pos = end + 1;
+        Some(&self.s[start..end])
     }
 
     /// A string, borrowed from the body unless it holds escapes.
@@ -184,30 +174,22 @@ impl<'a> Reader<'a> {
         if self.peek() != Some(b'"') {
             return self.fail("expected a string");
         }
-        let b = self.bytes();
         let start = self.pos + 1;
-        let mut i = start;
-        loop {
-            i = plain_run(b, i);
-            match b.get(i) {
-                Some(b'"') => {
-                    self.pos = i + 1;
-                    return Ok(Cow::Borrowed(&self.s[start..i]));
-                }
-                Some(b'\\') => {
-                    self.pos = i;
-                    let mut out = String::with_capacity(i - start + 16);
-                    out.push_str(&self.s[start..i]);
-                    return self.escaped(out).map(Cow::Owned);
-                }
-                Some(0..=0x1f) => {
-                    self.pos = i;
-                    return self.fail("a control character in a string");
-                }
-                Some(_) => i += 1,
-                None => {
-                    self.pos = i;
-                    return self.fail("an unterminated string");
+        match plain_end(self.bytes(), start) {
+            Ok(end) => {
+                self.pos = end + 1;
+                Ok(Cow::Borrowed(&self.s[start..end]))
+            }
+            Err(i) => {
+                self.pos = i;
+                match self.bytes().get(i) {
+                    Some(b'\\') => {
+                        let mut out = String::with_capacity(i - start + 16);
+                        out.push_str(&self.s[start..i]);
+                        self.escaped(out).map(Cow::Owned)
+                    }
+                    Some(_) => self.fail("a control character in a string"),
+                    None => self.fail("an unterminated string"),
                 }
             }
         }
@@ -725,18 +707,27 @@ fn iso_datetime(b: &[u8]) -> Option<DateTime<Utc>> {
     Some(date.and_time(time).and_utc())
 }
 
-/// Where the run of string bytes that need no escape, from `i`, ends: looked
-/// at eight bytes at a time, up to the first one that may end the string.
+/// The closing quote of a string whose text starts at `i`, when no escape or
+/// control character comes first; else where the first one is (or the end of
+/// the body). Looked at eight bytes at a time.
 #[inline]
-fn plain_run(b: &[u8], mut i: usize) -> usize {
-    while let Some(chunk) = b.get(i..i + 8) {
-        let found = json::needs_escape(u64::from_le_bytes(chunk.try_into().expect("eight bytes")));
-        if found != 0 {
-            return i + found.trailing_zeros() as usize / 8;
+fn plain_end(b: &[u8], mut i: usize) -> std::result::Result<usize, usize> {
+    loop {
+        while let Some(chunk) = b.get(i..i + 8) {
+            let found =
+                json::needs_escape(u64::from_le_bytes(chunk.try_into().expect("eight bytes")));
+            if found != 0 {
+                i += found.trailing_zeros() as usize / 8;
+                break;
+            }
+            i += 8;
         }
-        i += 8;
+        match b.get(i) {
+            Some(b'"') => return Ok(i),
+            Some(b'\\' | 0..=0x1f) | None => return Err(i),
+            Some(_) => i += 1,
+        }
     }
-    i
 }
 
 #[cfg(test)]
