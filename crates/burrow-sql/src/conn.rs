@@ -135,6 +135,25 @@ pub trait Conn: Send {
         out: &mut RowFn<'_>,
     ) -> Result<(), QueryError>;
 
+    /// Runs a statement that returns at most one row the caller needs (a read
+    /// by primary key), handing it to `out`; returns whether there was one.
+    fn query_first(
+        &mut self,
+        sql: &str,
+        params: &[ValueRef<'_>],
+        out: &mut RowFn<'_>,
+    ) -> Result<bool, QueryError> {
+        let mut found = false;
+        self.query(sql, params, false, &mut |raw| {
+            if !found {
+                found = true;
+                out(raw)?;
+            }
+            Ok(())
+        })?;
+        Ok(found)
+    }
+
     /// Runs parameterless statements (DDL, BEGIN, COMMIT), unprepared.
     fn simple(&mut self, sql: &str) -> Result<(), DbError>;
 

@@ -950,18 +950,12 @@ impl Storage for SqlEngine {
         out: &mut dyn FnMut(&dyn Row) -> Result<()>,
     ) -> Result<bool> {
         let t = self.table(table)?;
-        let mut found = false;
         self.read(|conn| {
-            conn.query(&t.select_by_id, &[ValueRef::Int(id)], false, &mut |raw| {
-                if !found {
-                    found = true;
-                    out(&TypedRow { raw, table })?;
-                }
-                Ok(())
+            conn.query_first(&t.select_by_id, &[ValueRef::Int(id)], &mut |raw| {
+                out(&TypedRow { raw, table })
             })
         })
-        .map_err(|e| q_err(e, Some(table)))?;
-        Ok(found)
+        .map_err(|e| q_err(e, Some(table)))
     }
 
     fn select(

@@ -158,6 +158,23 @@ impl Conn for LiteConn {
         Ok(())
     }
 
+    // Stepping once more only to hear "no more rows" costs about as much as
+    // finding the row: the statement is reset instead.
+    fn query_first(
+        &mut self,
+        sql: &str,
+        params: &[ValueRef<'_>],
+        out: &mut RowFn<'_>,
+    ) -> Result<bool, QueryError> {
+        let mut stmt = self.kept.statement(sql).map_err(classify)?;
+        bind(&mut stmt, params).map_err(classify)?;
+        let mut rows = stmt.raw_query();
+        match rows.next().map_err(classify)? {
+            Some(row) => out(&LiteRow(row)).map_err(QueryError::Out).map(|()| true),
+            None => Ok(false),
+        }
+    }
+
     fn simple(&mut self, sql: &str) -> Result<(), DbError> {
         self.kept.connection().execute_batch(sql).map_err(classify)
     }
