@@ -560,6 +560,29 @@ fn mapping_onto_existing_table(db: &Db) -> TestResult {
         },
     )?;
     assert_eq!(n, 21);
+    // Seen through SQLite, the table's text compares by bytes, whatever the
+    // collation the other application chose (MariaDB's default ignores case).
+    let main = Arc::new(SqliteEngine::memory()?);
+    let c = Client::builder(Model::new().with::<Person>())
+        .default_engine(main.clone())
+        .place::<Person>(e)
+        .open()?;
+    for name in ["grace", "Bob"] {
+        c.add(&mut Person {
+            first_name: name.into(),
+            ..p.clone()
+        })?;
+    }
+    for (cond, want) in [
+        ("FirstName = 'grace'", 1),
+        ("FirstName <> 'Grace'", 2),
+        ("FirstName < 'a'", 22),
+        ("FirstName > 'Z'", 1),
+    ] {
+        let sql = format!("SELECT count(*) FROM Person WHERE {cond}");
+        let n = main.with_connection(|c| c.query_row(&sql, [], |r| r.get::<_, i64>(0)))?;
+        assert_eq!(n, want, "{cond}");
+    }
     Ok(())
 }
 
@@ -742,6 +765,26 @@ fn virtual_table_through_sqlite(db: &Db) -> TestResult {
         1,
         "currency seen by SQL as 1/10,000 integers"
     );
+    // A server keeps times to the microsecond and would round a finer bound:
+    // such a range stays with SQLite, which compares the text.
+    let c = Client::builder(Model::new().with::<Kinds>())
+        .default_engine(Arc::new(SqliteEngine::memory()?))
+        .place::<Kinds>(ext)
+        .open()?;
+    let mut k = kinds_sample(1);
+    k.at = DateTime::from_timestamp(1_700_000_000, 1_000).ok_or("time")?;
+    c.add(&mut k)?;
+    for (cond, want) in [
+        ("At > '2023-11-14T22:13:20.0000005'", 1),
+        ("At < '2023-11-14T22:13:20.0000015'", 1),
+        ("At >= '2023-11-14T22:13:20.000001'", 1),
+        ("At < '2023-11-14T22:13:20.000001'", 0),
+    ] {
+        let n = c
+            .sql_list::<Kinds>(&format!("SELECT * FROM Kinds WHERE {cond}"), &[])?
+            .len();
+        assert_eq!(n, want, "{cond}");
+    }
     Ok(())
 }
 

@@ -4,11 +4,20 @@
 //! is registered in this connection's `temp` schema as a virtual table of the
 //! `burrow` module. SQLite then runs full SQL over it, JOINs with its own tables
 //! included, while per-record calls still go straight to the owning engine.
-//! Equality on the ID or on a unique or indexed field is pushed down to the
-//! engine (`xBestIndex`), so a lookup by ID is one engine call, not a scan;
-//! SQLite re-checks every pushed constraint, so a pushed-down filter can only
-//! narrow what it reads, never change a result. The module knows engines only
-//! through the `Storage` trait, so every engine plugs in the same way.
+//! WHERE constraints are pushed down to the engine (`xBestIndex`), which turns
+//! them into its own query (SQL for an external database): equality on any
+//! column, ranges on numbers, amounts, dates and times, and `IS [NOT] NULL`.
+//! A lookup by ID is one engine call, not a scan, and a join looks up the
+//! joined column in the engine for each outer row. SQLite re-checks every
+//! pushed constraint, so a pushed-down filter can only narrow what the engine
+//! sends, never change a result; what an engine could answer differently
+//! stays with SQLite alone: ranges and `<>` on text (a server table mapped
+//! from another application may have any collation), date or time bounds not written as Burrow writes them
+//! (SQLite compares their text), and times finer than the microsecond the
+//! servers keep. (Stored dates beyond the years 0–9999, written with a sign,
+//! are the one case where SQLite's text order and an engine's differ.) The
+//! module knows engines only through the `Storage` trait, so every engine
+//! plugs in the same way.
 //!
 //! Values appear to SQL exactly as the SQLite engine stores them (currency as
 //! 1/10,000 integers, dates as ISO text), so the same data gives the same
@@ -20,9 +29,7 @@ use std::ffi::{c_int, CStr, CString};
 use std::sync::{Arc, Mutex, PoisonError};
 
 use burrow_core::datetime::DATETIME_BUF;
-use burrow_core::{
-    CmpOp, Column, Expr, FieldKind, Filter, Select, Storage, Table, Value, ValueRef,
-};
+use burrow_core::{CmpOp, Column, Expr, FieldKind, Select, Storage, Table, Value, ValueRef};
 use rusqlite::ffi;
 use rusqlite::types::{ToSqlOutput, Value as SqlOwned, ValueRef as SqlValue};
 use rusqlite::vtab::{
@@ -75,11 +82,93 @@ pub struct VirtualTable {
     engine: Arc<dyn Storage>,
 }
 
-/// idx_num values: a full scan, or equality on one column.
-const PLAN_SCAN: c_int = 0;
-const PLAN_ID: c_int = 1;
-/// `PLAN_FIELD + i`: equality on field `i`.
-const PLAN_FIELD: c_int = 2;
+/// Rows a full scan is assumed to read: the engine's size is not asked for at
+/// planning time, and only the ratios between plans matter to SQLite.
+const SCAN_ROWS: f64 = 1_000_000.0;
+
+/// A constraint handed to the engine: its operator, as spelled in the plan's
+/// `idx_str` (`column op` pairs separated by commas; column 0 is the ID).
+#[derive(Debug, Clone, Copy, PartialEq)]
+enum Pushed {
+    Cmp(CmpOp),
+    IsNull,
+    NotNull,
+}
+
+impl Pushed {
+    fn of(op: IndexConstraintOp) -> Option<Self> {
+        use IndexConstraintOp as O;
+        Some(match op {
+            O::SQLITE_INDEX_CONSTRAINT_EQ => Pushed::Cmp(CmpOp::Eq),
+            O::SQLITE_INDEX_CONSTRAINT_LT => Pushed::Cmp(CmpOp::Lt),
+            O::SQLITE_INDEX_CONSTRAINT_LE => Pushed::Cmp(CmpOp::Le),
+            O::SQLITE_INDEX_CONSTRAINT_GT => Pushed::Cmp(CmpOp::Gt),
+            O::SQLITE_INDEX_CONSTRAINT_GE => Pushed::Cmp(CmpOp::Ge),
+            O::SQLITE_INDEX_CONSTRAINT_ISNULL => Pushed::IsNull,
+            O::SQLITE_INDEX_CONSTRAINT_ISNOTNULL => Pushed::NotNull,
+            // `<>` is left out: under a case-insensitive collation (MariaDB's
+            // default) the engine would drop rows SQLite keeps; LIKE, GLOB and
+            // the rest have engine-specific meanings.
+            _ => return None,
+        })
+    }
+
+    fn code(self) -> char {
+        match self {
+            Pushed::Cmp(CmpOp::Eq) => '=',
+            Pushed::Cmp(CmpOp::Lt) => '<',
+            Pushed::Cmp(CmpOp::Le) => 'l',
+            Pushed::Cmp(CmpOp::Gt) => '>',
+            Pushed::Cmp(CmpOp::Ge) => 'g',
+            Pushed::Cmp(CmpOp::Ne) => '!',
+            Pushed::IsNull => 'n',
+            Pushed::NotNull => 'N',
+        }
+    }
+
+    fn from_code(c: char) -> Option<Self> {
+        Some(match c {
+            '=' => Pushed::Cmp(CmpOp::Eq),
+            '<' => Pushed::Cmp(CmpOp::Lt),
+            'l' => Pushed::Cmp(CmpOp::Le),
+            '>' => Pushed::Cmp(CmpOp::Gt),
+            'g' => Pushed::Cmp(CmpOp::Ge),
+            'n' => Pushed::IsNull,
+            'N' => Pushed::NotNull,
+            _ => return None,
+        })
+    }
+}
+
+/// Whether an engine orders values of `kind` as SQLite orders their stored
+/// form, so that a range can be pushed. Text is not: SQLite compares bytes,
+/// and a server table Burrow did not create may sort by any collation
+/// (MariaDB's default ignores case).
+fn orders_like_sqlite(kind: FieldKind) -> bool {
+    matches!(
+        kind,
+        FieldKind::I32
+            | FieldKind::I64
+            | FieldKind::U32
+            | FieldKind::Reference(_)
+            | FieldKind::F64
+            | FieldKind::Currency
+            | FieldKind::Date
+            | FieldKind::DateTime
+    )
+}
+
+/// The vtab column `col` (0 for the ID, `1 + i` for field `i`) as a column
+/// and its kind; `None` for a column the table does not have.
+fn column_of(table: &Table, col: c_int) -> Option<(Column, FieldKind)> {
+    match col {
+        -1 | 0 => Some((Column::Id, FieldKind::I64)),
+        c => {
+            let i = usize::try_from(c - 1).ok()?;
+            table.fields.get(i).map(|f| (Column::Field(i), f.kind))
+        }
+    }
+}
 
 // SAFETY: `VirtualTable` is `repr(C)` with `sqlite3_vtab` first, as the trait
 // requires, and it owns everything its cursors borrow.
@@ -118,43 +207,71 @@ unsafe impl<'vtab> VTab<'vtab> for VirtualTable {
     }
 
     fn best_index(&self, info: &mut IndexInfo) -> rusqlite::Result<bool> {
-        // Prefer the ID, then a unique field, then an indexed one.
-        let mut best: Option<(usize, c_int, u8)> = None;
+        // Every constraint the engine can check with SQLite's meaning is
+        // pushed, with `omit` left false: SQLite re-checks each one, so a
+        // pushed filter narrows what the engine sends and never changes a
+        // result. The estimate favours a lookup by ID or unique field, then an
+        // indexed one, then the more constraints the better.
+        let mut plan = String::new();
+        let mut pushed = Vec::new();
+        let (mut rows, mut keyed) = (SCAN_ROWS, false);
         for (i, c) in info.constraints().enumerate() {
-            if !c.is_usable() || c.operator() != IndexConstraintOp::SQLITE_INDEX_CONSTRAINT_EQ {
+            if !c.is_usable() {
                 continue;
             }
-            let (plan, rank) = match c.column() {
-                -1 | 0 => (PLAN_ID, 3),
-                col => {
-                    let f = &self.table.fields[(col - 1) as usize];
-                    match (f.unique, f.indexed) {
-                        (true, _) => (PLAN_FIELD + col - 1, 2),
-                        (false, true) => (PLAN_FIELD + col - 1, 1),
-                        _ => continue,
+            let (Some((column, kind)), Some(op)) =
+                (column_of(self.table, c.column()), Pushed::of(c.operator()))
+            else {
+                continue;
+            };
+            let narrows = match (op, column) {
+                (Pushed::Cmp(CmpOp::Eq), Column::Id) => {
+                    keyed = true;
+                    SCAN_ROWS
+                }
+                (Pushed::Cmp(CmpOp::Eq), Column::Field(f)) => {
+                    let f = &self.table.fields[f];
+                    keyed |= f.unique || f.indexed;
+                    if f.unique {
+                        SCAN_ROWS
+                    } else if f.indexed {
+                        SCAN_ROWS / 10.0
+                    } else {
+                        10.0
                     }
                 }
+                (Pushed::Cmp(_), _) if orders_like_sqlite(kind) => 4.0,
+                (Pushed::Cmp(_), _) => continue,
+                // The ID is never NULL: SQLite answers that alone.
+                (_, Column::Id) => continue,
+                (Pushed::IsNull | Pushed::NotNull, _) => 2.0,
             };
-            if best.is_none_or(|(_, _, r)| rank > r) {
-                best = Some((i, plan, rank));
+            rows = (rows / narrows).max(1.0);
+            if !plan.is_empty() {
+                plan.push(',');
             }
+            plan.push_str(&c.column().max(0).to_string());
+            plan.push(op.code());
+            pushed.push((i, op));
         }
-        match best {
-            Some((i, plan, rank)) => {
-                let mut usage = info.constraint_usage(i);
-                usage.set_argv_index(1);
-                // SQLite re-checks the value: the engine's equality is typed.
-                usage.set_omit(false);
-                info.set_idx_num(plan);
-                let rows = if rank >= 2 { 1 } else { 10 };
-                info.set_estimated_cost(rows as f64);
-                info.set_estimated_rows(rows);
+        let mut argv = 0;
+        for &(i, op) in &pushed {
+            let mut usage = info.constraint_usage(i);
+            if let Pushed::Cmp(_) = op {
+                argv += 1;
+                usage.set_argv_index(argv);
             }
-            None => {
-                info.set_idx_num(PLAN_SCAN);
-                info.set_estimated_cost(1_000_000.0);
-            }
+            usage.set_omit(false);
         }
+        // Without a key the engine still reads the whole table, however few
+        // rows it sends back.
+        let cost = if keyed { rows } else { rows + SCAN_ROWS / 10.0 };
+        info.set_idx_num(pushed.len() as c_int);
+        if !plan.is_empty() {
+            info.set_idx_str(&plan);
+        }
+        info.set_estimated_cost(if pushed.is_empty() { SCAN_ROWS } else { cost });
+        info.set_estimated_rows(rows as i64);
         Ok(true)
     }
 
@@ -240,62 +357,120 @@ fn key(kind: FieldKind, v: SqlOwned) -> Option<Value> {
     let typed = crate::typed(kind, v);
     let fits = matches!(
         (kind, &typed),
-        (
-            FieldKind::I32 | FieldKind::I64 | FieldKind::U32 | FieldKind::Reference(_),
-            Value::Int(_)
-        ) | (FieldKind::F64, Value::Real(_))
+        (FieldKind::I64 | FieldKind::Reference(_), Value::Int(_))
+            | (FieldKind::F64, Value::Real(_))
             | (FieldKind::Bool, Value::Bool(_))
             | (FieldKind::Currency, Value::Currency(_))
             | (FieldKind::Text | FieldKind::Json, Value::Text(_))
             | (FieldKind::Blob, Value::Blob(_))
             | (FieldKind::Date, Value::Date(_))
             | (FieldKind::DateTime, Value::DateTime(_))
-    );
+    ) || match (kind, &typed) {
+        // A value out of the column's range is no value it holds; an engine
+        // could refuse to bind it.
+        (FieldKind::I32, Value::Int(i)) => i32::try_from(*i).is_ok(),
+        (FieldKind::U32, Value::Int(i)) => u32::try_from(*i).is_ok(),
+        _ => false,
+    };
     fits.then_some(typed)
+}
+
+/// Whether an engine compares `v` with a field of `kind` as SQLite compares
+/// it with the stored form. A date or time is stored as ISO text and SQLite
+/// compares the text: a range is pushed only when the constraint is text
+/// Burrow itself would write, on which both orders agree, and a time only to
+/// the microsecond, the precision of the servers' timestamp types (they would
+/// round a finer bound).
+fn ranges_like_sqlite(kind: FieldKind, raw: &SqlOwned, v: &Value) -> bool {
+    let mut buf = [0u8; DATETIME_BUF];
+    let SqlOwned::Text(t) = raw else {
+        return !matches!(kind, FieldKind::Date | FieldKind::DateTime);
+    };
+    // Years beyond 0..=9999 are written with a sign, whose text does not sort
+    // with the rest.
+    t.starts_with(|c: char| c.is_ascii_digit())
+        && match v {
+            Value::Date(d) => burrow_core::datetime::write_date(*d, &mut buf) == t,
+            Value::DateTime(d) => {
+                d.timestamp_subsec_nanos() % 1_000 == 0
+                    && burrow_core::datetime::write_datetime(*d, &mut buf) == t
+            }
+            _ => false,
+        }
+}
+
+/// The engine query for a plan of [`VirtualTable::best_index`], with the
+/// constraint values SQLite passed; `None` when a comparison with NULL makes
+/// the result empty. A value that cannot be the column's typed value leaves its
+/// constraint to SQLite alone.
+fn pushed_select(
+    table: &Table,
+    plan: &str,
+    args: &Filters<'_>,
+) -> rusqlite::Result<Option<Select>> {
+    let mut select = Select::all();
+    let mut exprs = Vec::new();
+    let mut argv = 0;
+    for item in plan.split(',').filter(|p| !p.is_empty()) {
+        let bad = || rusqlite::Error::ModuleError(format!("bad virtual table plan {plan:?}"));
+        let op = item
+            .chars()
+            .last()
+            .and_then(Pushed::from_code)
+            .ok_or_else(bad)?;
+        let col: c_int = item[..item.len() - 1].parse().map_err(|_| bad())?;
+        let (column, kind) = column_of(table, col).ok_or_else(bad)?;
+        let cmp = match op {
+            Pushed::IsNull => {
+                exprs.push(Expr::IsNull(column, false));
+                continue;
+            }
+            Pushed::NotNull => {
+                exprs.push(Expr::IsNull(column, true));
+                continue;
+            }
+            Pushed::Cmp(cmp) => cmp,
+        };
+        let raw = args.get::<SqlOwned>(argv)?;
+        argv += 1;
+        if raw == SqlOwned::Null {
+            return Ok(None);
+        }
+        let Some(v) = key(kind, raw.clone()) else {
+            continue;
+        };
+        if cmp != CmpOp::Eq && !ranges_like_sqlite(kind, &raw, &v) {
+            continue;
+        }
+        exprs.push(Expr::Cmp(column, cmp, select.filter.params.len()));
+        select.filter.params.push(v);
+    }
+    select.filter.expr = match exprs.len() {
+        0 => None,
+        1 => exprs.pop(),
+        _ => Some(Expr::And(exprs)),
+    };
+    Ok(Some(select))
 }
 
 // SAFETY: `VirtualCursor` is `repr(C)` with `sqlite3_vtab_cursor` first.
 unsafe impl VTabCursor for VirtualCursor<'_> {
     fn filter(
         &mut self,
-        idx_num: c_int,
-        _idx_str: Option<&str>,
+        _idx_num: c_int,
+        idx_str: Option<&str>,
         args: &Filters<'_>,
     ) -> rusqlite::Result<()> {
         let table = self.vtab.table;
-        let column = match idx_num {
-            PLAN_ID => Some(Column::Id),
-            n if n >= PLAN_FIELD => Some(Column::Field((n - PLAN_FIELD) as usize)),
-            _ => None,
+        self.cells.clear();
+        self.bytes.clear();
+        self.row = 0;
+        let Some(select) = pushed_select(table, idx_str.unwrap_or(""), args)? else {
+            // A comparison with NULL holds for no row.
+            return Ok(());
         };
-        let mut select = Select::all();
-        if let Some(col) = column {
-            let kind = match col {
-                Column::Id => FieldKind::I64,
-                Column::Field(i) => table.fields[i].kind,
-            };
-            match key(kind, args.get::<SqlOwned>(0)?) {
-                Some(v) => {
-                    select.filter = Filter {
-                        expr: Some(Expr::Cmp(col, CmpOp::Eq, 0)),
-                        params: vec![v],
-                    }
-                }
-                // NULL equals nothing.
-                None if args.get::<SqlOwned>(0)? == SqlOwned::Null => {
-                    self.cells.clear();
-                    self.bytes.clear();
-                    self.row = 0;
-                    return Ok(());
-                }
-                None => {}
-            }
-        }
         let n = table.fields.len();
         let (cells, bytes) = (&mut self.cells, &mut self.bytes);
-        cells.clear();
-        bytes.clear();
-        self.row = 0;
         self.vtab
             .engine
             .select(table, &select, &mut |row| {

@@ -116,7 +116,7 @@ fn results_equal_the_same_data_held_in_sqlite() -> Res {
 }
 
 #[test]
-fn lookups_by_id_and_index_are_pushed_down() -> Res {
+fn constraints_are_pushed_down() -> Res {
     let (_client, main, _) = open()?;
     let plan = |sql: &str| {
         main.with_connection(|c| {
@@ -125,12 +125,28 @@ fn lookups_by_id_and_index_are_pushed_down() -> Res {
             r.collect::<Result<Vec<_>, _>>()
         })
     };
-    let by_id = plan("SELECT * FROM Pet WHERE ID = 2")?.join(" ");
-    assert!(by_id.contains("VIRTUAL TABLE INDEX 1"), "{by_id}");
-    let by_kind = plan("SELECT * FROM Pet WHERE Kind = 'cat'")?.join(" ");
-    assert!(by_kind.contains("VIRTUAL TABLE INDEX 3"), "{by_kind}");
-    let scan = plan("SELECT * FROM Pet WHERE Price > 0")?.join(" ");
-    assert!(scan.contains("VIRTUAL TABLE INDEX 0"), "{scan}");
+    // The plan reads `INDEX <count>:<column><operator>,…`, column 0 the ID.
+    for (sql, pushed) in [
+        ("SELECT * FROM Pet WHERE ID = 2", "INDEX 1:0="),
+        ("SELECT * FROM Pet WHERE rowid > 2", "INDEX 1:0>"),
+        ("SELECT * FROM Pet WHERE Kind = 'cat'", "INDEX 1:2="),
+        ("SELECT * FROM Pet WHERE Price > 0", "INDEX 1:3>"),
+        (
+            "SELECT * FROM Pet WHERE Owner = 1 AND Price >= 0 AND Price < 9",
+            "INDEX 3:1=,3g,3<",
+        ),
+        // Text ranges and `<>` are left to SQLite: engines' collations differ.
+        ("SELECT * FROM Pet WHERE Kind > 'b'", "INDEX 0:"),
+        ("SELECT * FROM Pet WHERE Kind <> 'cat'", "INDEX 0:"),
+        ("SELECT * FROM Pet WHERE Kind LIKE 'c%'", "INDEX 0:"),
+    ] {
+        let p = plan(sql)?.join(" ");
+        assert!(p.ends_with(pushed), "{sql}: {p}");
+    }
+    // In a join, the lookup on the joined column is pushed for each outer row.
+    let join = plan("SELECT * FROM Owner o JOIN Pet p ON p.Owner = o.ID WHERE o.Name = 'Ann'")?
+        .join(" | ");
+    assert!(join.contains("INDEX 1:1="), "{join}");
     // And they answer right, including a key of the wrong type and NULL.
     let count = |sql: &str| main.with_connection(|c| c.query_row(sql, [], |r| r.get::<_, i64>(0)));
     assert_eq!(count("SELECT count(*) FROM Pet WHERE ID = 2")?, 1);
@@ -140,6 +156,13 @@ fn lookups_by_id_and_index_are_pushed_down() -> Res {
     assert_eq!(count("SELECT count(*) FROM Pet WHERE ID = NULL")?, 0);
     assert_eq!(count("SELECT count(*) FROM Pet WHERE Kind = 'cat'")?, 2);
     assert_eq!(count("SELECT count(*) FROM Pet WHERE rowid = 3")?, 1);
+    assert_eq!(count("SELECT count(*) FROM Pet WHERE Price > 100000")?, 2);
+    assert_eq!(count("SELECT count(*) FROM Pet WHERE Price > NULL")?, 0);
+    assert_eq!(count("SELECT count(*) FROM Pet WHERE Price > 'x'")?, 0);
+    assert_eq!(
+        count("SELECT count(*) FROM Pet WHERE Owner = 1 AND Price >= 105000")?,
+        2
+    );
     Ok(())
 }
 

@@ -18,3 +18,4 @@ mod model_prop;
 mod orm;
 mod schema;
 mod transactions;
+mod virtual_tables;
