@@ -100,6 +100,39 @@ pub trait Orm: Send + Sync {
         found(self.route(T::table())?.update(T::table(), rec, None)?, rec)
     }
 
+    /// Adds `rec` under its ID when no `T` has that ID, else writes every field
+    /// over the stored record, as [`Orm::update`] does: the stored creation time
+    /// is kept (and read back into `rec`), the modification time refreshed. A
+    /// record with ID 0 is added with a new ID. Returns whether it was added.
+    ///
+    /// It is an update and, when no row had the ID, an insert with it; should
+    /// another writer add the same ID in between, the insert's unique
+    /// violation turns into an update, not an error. (A database's own upsert,
+    /// PostgreSQL's `INSERT … ON CONFLICT` say, guards only the conflict it
+    /// names: concurrent upserts of a row that also has a unique field
+    /// deadlock or fail on that field's index.)
+    fn add_or_update<T: Record>(&self, rec: &mut T) -> Result<bool> {
+        if rec.id() == 0 {
+            self.add(rec)?;
+            return Ok(true);
+        }
+        let table = T::table();
+        rec.stamp(crate::datetime::now(), true);
+        let created = table
+            .fields
+            .iter()
+            .position(|f| f.auto == crate::schema::AutoTime::Created);
+        let written: Option<Vec<usize>> =
+            created.map(|c| (0..table.fields.len()).filter(|&i| i != c).collect());
+        let engine = self.route(table)?;
+        let added = engine.upsert(table, rec, written.as_deref())?;
+        if let (false, Some(c)) = (added, created) {
+            let id = rec.id();
+            engine.retrieve(table, id, &mut |row| rec.set_field(c, row.get(c)?))?;
+        }
+        Ok(added)
+    }
+
     /// Writes only the named fields of `rec` (and its modification time);
     /// unknown names are refused before anything is written.
     fn update_fields<T: Record>(&self, rec: &mut T, fields: &[&str]) -> Result<()> {

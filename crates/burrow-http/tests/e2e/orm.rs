@@ -48,6 +48,33 @@ fn crud_round_trips_exactly() -> TestResult {
 }
 
 #[test]
+fn add_or_update_over_the_wire() -> TestResult {
+    let (server, _, _) = open_server();
+    let db = remote(&server);
+    let mut a = sample(1);
+    a.id = 40;
+    assert!(db.add_or_update(&mut a)?);
+    assert_eq!(db.retrieve::<Sample>(40)?, a);
+    let mut b = sample(2);
+    b.id = 40;
+    assert!(!db.add_or_update(&mut b)?);
+    assert_eq!(b.created_at, a.created_at);
+    assert_eq!(db.retrieve::<Sample>(40)?, b);
+    // Onto another row's unique email: refused, nothing written.
+    let mut c = sample(3);
+    db.add(&mut c)?;
+    let mut clash = sample(2);
+    clash.id = 500;
+    assert_eq!(
+        db.add_or_update(&mut clash).unwrap_err().kind(),
+        ErrorKind::UniqueViolation
+    );
+    assert!(db.get::<Sample>(500)?.is_none());
+    assert_eq!(count(&db), 2);
+    Ok(())
+}
+
+#[test]
 fn lists_counts_and_values() -> TestResult {
     let (server, _, _) = open_server();
     let db = remote(&server);

@@ -17,6 +17,9 @@ conformance!(
     update_writes_every_field,
     update_of_a_missing_id_is_not_found,
     update_fields_writes_only_those_fields,
+    add_or_update_adds_a_new_id_and_updates_a_taken_one,
+    add_or_update_refuses_a_unique_clash_and_changes_nothing,
+    add_or_update_from_many_threads_adds_one_row,
     delete_by_id,
     delete_where_deletes_the_matches,
     delete_where_refuses_an_empty_where,
@@ -618,5 +621,101 @@ fn empty_table_reads(f: &dyn Factory) -> TestResult {
     assert_eq!(c.one_field_value::<Sample>("Name", "", &[])?, None);
     assert_eq!(c.delete_where::<Sample>("Age > 0", &[])?, 0);
     assert!(!c.delete::<Sample>(1)?);
+    Ok(())
+}
+
+fn add_or_update_adds_a_new_id_and_updates_a_taken_one(f: &dyn Factory) -> TestResult {
+    let store = f.fresh()?;
+    let c = store.open()?;
+    // ID 0: a plain add.
+    let mut a = Sample::new("a", 1, "1.5");
+    assert!(c.add_or_update(&mut a)?);
+    assert!(a.id > 0);
+    // A free ID: added under it, both times stamped.
+    let mut b = Sample::new("b", 2, "2.5");
+    b.id = 1_000;
+    assert!(c.add_or_update(&mut b)?, "{}", f.name());
+    assert_eq!(b.id, 1_000);
+    assert!(b.created_at.timestamp() > 0);
+    assert_eq!(c.retrieve::<Sample>(1_000)?, b);
+    // The ID sequence moved past it: the next new ID does not collide.
+    let mut next = Sample::new("next", 3, "3");
+    assert!(c.add(&mut next)? > 1_000 || f.reuses_free_ids());
+    // A taken ID: every field written, the creation time kept.
+    let created = b.created_at;
+    std::thread::sleep(std::time::Duration::from_millis(5));
+    let mut again = Sample::new("b2", 20, "20.25");
+    again.id = 1_000;
+    again.note = Some("second".into());
+    assert!(!c.add_or_update(&mut again)?, "{}", f.name());
+    assert_eq!(again.created_at, created, "{}", f.name());
+    assert!(again.changed > b.changed);
+    let back = c.retrieve::<Sample>(1_000)?;
+    assert_eq!(back, again);
+    assert_eq!(c.count::<Sample>("", &[])?, 3);
+    // Inside a transaction rolled back, neither path leaves a trace.
+    let tx = c.transaction()?;
+    let mut fresh = Sample::new("tx", 4, "4");
+    fresh.id = 2_000;
+    tx.add_or_update(&mut fresh)?;
+    let mut over = back.clone();
+    over.name = "changed in tx".into();
+    tx.add_or_update(&mut over)?;
+    tx.rollback()?;
+    assert!(c.get::<Sample>(2_000)?.is_none());
+    assert_eq!(c.retrieve::<Sample>(1_000)?, back);
+    Ok(())
+}
+
+fn add_or_update_refuses_a_unique_clash_and_changes_nothing(f: &dyn Factory) -> TestResult {
+    let store = f.fresh()?;
+    let c = store.open()?;
+    let mut a = Sample::new("a", 1, "1");
+    let mut b = Sample::new("b", 2, "2");
+    c.add(&mut a)?;
+    c.add(&mut b)?;
+    // A new ID whose name another row holds.
+    let mut clash = Sample::new("a", 9, "9");
+    clash.id = 500;
+    expect_kind!(c.add_or_update(&mut clash), UniqueViolation);
+    // A taken ID renamed onto another row's name.
+    let mut rename = b.clone();
+    rename.name = "a".into();
+    expect_kind!(c.add_or_update(&mut rename), UniqueViolation);
+    assert!(c.get::<Sample>(500)?.is_none());
+    assert_eq!(c.retrieve::<Sample>(a.id)?, a);
+    assert_eq!(c.retrieve::<Sample>(b.id)?, b);
+    assert_eq!(c.count::<Sample>("", &[])?, 2);
+    Ok(())
+}
+
+fn add_or_update_from_many_threads_adds_one_row(f: &dyn Factory) -> TestResult {
+    let store = f.fresh()?;
+    let c = store.open()?;
+    // Four threads write the same 40 new IDs in the same order, racing on each.
+    let ids = 100..140;
+    let added: Vec<usize> = std::thread::scope(|s| {
+        let workers: Vec<_> = (0..4)
+            .map(|t| {
+                let (c, ids) = (&c, ids.clone());
+                s.spawn(move || -> burrow::Result<usize> {
+                    let mut n = 0;
+                    for id in ids {
+                        let mut r = Sample::new(&format!("n{id}"), t, "1");
+                        r.id = id;
+                        n += usize::from(c.add_or_update(&mut r)?);
+                    }
+                    Ok(n)
+                })
+            })
+            .collect();
+        workers
+            .into_iter()
+            .map(|w| w.join().expect("worker"))
+            .collect::<burrow::Result<_>>()
+    })?;
+    assert_eq!(added.iter().sum::<usize>(), 40, "{}: {added:?}", f.name());
+    assert_eq!(c.count::<Sample>("", &[])?, 40);
+    assert_eq!(c.retrieve::<Sample>(120)?.name, "n120");
     Ok(())
 }
