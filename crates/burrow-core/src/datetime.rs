@@ -189,9 +189,98 @@ pub fn parse_datetime(s: &str) -> Option<DateTime<Utc>> {
     Some(NaiveDateTime::new(date, time).and_utc())
 }
 
+/// Whether `s` has the shape of a date this module writes (`YYYY-MM-DD`, a
+/// year of four digits). Such a text reads back as itself: parsed and written
+/// again it is the same text, or it is no date and a reader keeps it as text.
+pub fn is_written_date(s: &str) -> bool {
+    let b = s.as_bytes();
+    b.len() == 10
+        && b.iter().enumerate().all(|(i, c)| match i {
+            4 | 7 => *c == b'-',
+            _ => c.is_ascii_digit(),
+        })
+}
+
+/// Whether `s` has the shape of a date-time this module writes
+/// (`YYYY-MM-DDThh:mm:ss`, then a fraction only when not zero, without
+/// trailing zeros), with the same guarantee as [`is_written_date`].
+pub fn is_written_datetime(s: &str) -> bool {
+    let b = s.as_bytes();
+    if b.len() < 19 || !is_written_date(&s[..10]) || b[10] != b'T' {
+        return false;
+    }
+    let time_ok = b[11..19].iter().enumerate().all(|(i, c)| match i {
+        2 | 5 => *c == b':',
+        _ => c.is_ascii_digit(),
+    });
+    match &b[19..] {
+        [] => time_ok,
+        [b'.', frac @ ..] => {
+            time_ok
+                && (1..=9).contains(&frac.len())
+                && frac.iter().all(u8::is_ascii_digit)
+                && frac.last() != Some(&b'0')
+        }
+        _ => false,
+    }
+}
+
 #[cfg(test)]
 mod test {
     use super::*;
+
+    /// What a reader that parses a stored text and writes it again shows.
+    fn reread(s: &str, date: bool) -> String {
+        let mut buf = [0u8; DATETIME_BUF];
+        if date {
+            parse_date(s).map_or(s.to_owned(), |d| write_date(d, &mut buf).to_owned())
+        } else {
+            parse_datetime(s).map_or(s.to_owned(), |t| write_datetime(t, &mut buf).to_owned())
+        }
+    }
+
+    proptest::proptest! {
+        #[test]
+        fn written_shapes_read_back_as_themselves(
+            y in 0u32..10_000, mo in 0u32..14, d in 0u32..33,
+            h in 0u32..26, mi in 0u32..62, se in 0u32..62,
+            frac in proptest::option::of(1u32..1_000_000_000), digits in 1usize..=9,
+        ) {
+            let date = format!("{y:04}-{mo:02}-{d:02}");
+            proptest::prop_assert!(is_written_date(&date));
+            proptest::prop_assert_eq!(reread(&date, true), date.clone());
+            let mut time = format!("{date}T{h:02}:{mi:02}:{se:02}");
+            if let Some(f) = frac {
+                let f = format!("{f:09}");
+                let f = f[..digits].trim_end_matches('0');
+                if !f.is_empty() {
+                    time.push('.');
+                    time.push_str(f);
+                }
+            }
+            proptest::prop_assert!(is_written_datetime(&time), "{}", time);
+            proptest::prop_assert_eq!(reread(&time, false), time.clone());
+        }
+    }
+
+    #[test]
+    fn other_shapes_are_not_written_ones() {
+        for s in ["2020-1-02", "+10000-01-01", "2020-01-02 ", "2020/01/02", ""] {
+            assert!(!is_written_date(s), "{s}");
+        }
+        for s in [
+            "2020-01-02",
+            "2020-01-02 10:00:00",
+            "2020-01-02T10:00",
+            "2020-01-02T10:00:00Z",
+            "2020-01-02T10:00:00.50",
+            "2020-01-02T10:00:00.",
+            "2020-01-02T10:00:00.1234567891",
+        ] {
+            assert!(!is_written_datetime(s), "{s}");
+        }
+        assert!(is_written_datetime("2020-01-02T10:00:00.5"));
+    }
 
     #[test]
     fn dates_round_trip() {

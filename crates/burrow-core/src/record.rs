@@ -93,6 +93,15 @@ pub trait Row {
     fn id(&self) -> Result<i64>;
     /// The value of field `idx`.
     fn get(&self, idx: usize) -> Result<ValueRef<'_>>;
+
+    /// The date or date-time field `idx` as the text Burrow writes for it, when
+    /// the engine holds exactly that text ([`crate::datetime::is_written_date`]):
+    /// a reader that wants the text is spared a parse and a format. `None`
+    /// otherwise, and by default.
+    fn written_text(&self, idx: usize) -> Option<&str> {
+        let _ = idx;
+        None
+    }
 }
 
 /// Why a value could not become a field's type.

@@ -1,5 +1,6 @@
 //! [`SqlEngine`]: the `Storage` trait over any connection of [`crate::conn`].
 
+use std::borrow::Cow;
 use std::collections::HashSet;
 use std::sync::{Arc, PoisonError, RwLock};
 
@@ -116,6 +117,18 @@ impl Row for TypedRow<'_> {
         } else {
             v
         })
+    }
+
+    fn written_text(&self, idx: usize) -> Option<&str> {
+        let written = match self.table.fields.get(idx)?.kind {
+            FieldKind::Date => burrow_core::datetime::is_written_date,
+            FieldKind::DateTime => burrow_core::datetime::is_written_datetime,
+            _ => return None,
+        };
+        match self.raw.value(idx + 1).ok()? {
+            ValueRef::Text(Cow::Borrowed(t)) if written(t) => Some(t),
+            _ => None,
+        }
     }
 }
 

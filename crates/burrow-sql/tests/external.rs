@@ -563,6 +563,7 @@ fn mapping_onto_existing_table(db: &Db) -> TestResult {
     // Seen through SQLite, the table's text compares by bytes, whatever the
     // collation the other application chose (MariaDB's default ignores case).
     let main = Arc::new(SqliteEngine::memory()?);
+    let people = e.clone();
     let c = Client::builder(Model::new().with::<Person>())
         .default_engine(main.clone())
         .place::<Person>(e)
@@ -583,6 +584,34 @@ fn mapping_onto_existing_table(db: &Db) -> TestResult {
         let n = main.with_connection(|c| c.query_row(&sql, [], |r| r.get::<_, i64>(0)))?;
         assert_eq!(n, want, "{cond}");
     }
+    // Times written by another application in another layout show in SQL as
+    // Burrow writes them.
+    let raw = match db.backend {
+        Backend::Postgres => {
+            "INSERT INTO people (\"FIRST_NAME\", \"order\", born, joined) \
+             VALUES ('Raw', 1, '1906-12-09', '2001-09-09 01:46:40.250+00')"
+        }
+        Backend::MariaDb => {
+            "INSERT INTO people (FIRST_NAME, `order`, born, joined) \
+             VALUES ('Raw', 1, '1906-12-09', '2001-09-09 01:46:40.250')"
+        }
+        Backend::Sqlite => {
+            "INSERT INTO people (FIRST_NAME, \"order\", born, joined) \
+             VALUES ('Raw', 1, '1906-12-09', '2001-09-09 01:46:40.250')"
+        }
+    };
+    people.execute(raw, &[])?;
+    let shown = main.with_connection(|c| {
+        c.query_row(
+            "SELECT Born, Joined FROM Person WHERE FirstName = 'Raw'",
+            [],
+            |r| Ok((r.get::<_, String>(0)?, r.get::<_, String>(1)?)),
+        )
+    })?;
+    assert_eq!(
+        shown,
+        ("1906-12-09".into(), "2001-09-09T01:46:40.25".into())
+    );
     Ok(())
 }
 

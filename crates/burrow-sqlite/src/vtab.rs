@@ -476,6 +476,14 @@ unsafe impl VTabCursor for VirtualCursor<'_> {
             .select(table, &select, &mut |row| {
                 cells.push(Cell::Int(row.id()?));
                 for i in 0..n {
+                    // A date the engine holds as the text SQL shows is copied
+                    // as it is, not parsed and written again.
+                    if let Some(t) = row.written_text(i) {
+                        let at = bytes.len();
+                        bytes.extend_from_slice(t.as_bytes());
+                        cells.push(Cell::Text(at, bytes.len()));
+                        continue;
+                    }
                     push_cell(cells, bytes, &row.get(i)?)
                         .map_err(|e| burrow_core::Error::engine(crate::ENGINE, e))?;
                 }
