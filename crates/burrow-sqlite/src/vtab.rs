@@ -15,9 +15,11 @@
 //! from another application may have any collation), date or time bounds not written as Burrow writes them
 //! (SQLite compares their text), and times finer than the microsecond the
 //! servers keep. (Stored dates beyond the years 0–9999, written with a sign,
-//! are the one case where SQLite's text order and an engine's differ.) The
-//! module knows engines only through the `Storage` trait, so every engine
-//! plugs in the same way.
+//! are the one case where SQLite's text order and an engine's differ.) An
+//! `ORDER BY ID` is left to the engine, and so are `LIMIT` and `OFFSET` when
+//! the statement has no WHERE on the table, so "the last ten rows" reads ten
+//! rows, not the table. The module knows engines only through the `Storage`
+//! trait, so every engine plugs in the same way.
 //!
 //! Values appear to SQL exactly as the SQLite engine stores them (currency as
 //! 1/10,000 integers, dates as ISO text), so the same data gives the same
@@ -158,6 +160,27 @@ fn orders_like_sqlite(kind: FieldKind) -> bool {
     )
 }
 
+/// Appends one item to a plan's `idx_str`.
+fn push_plan(plan: &mut String, item: &str) {
+    if !plan.is_empty() {
+        plan.push(',');
+    }
+    plan.push_str(item);
+}
+
+/// A LIMIT or OFFSET value as SQLite reads it (an integer, or text or a real
+/// holding one); `None` for a negative one, which means none.
+fn count_arg(v: SqlOwned) -> rusqlite::Result<Option<u64>> {
+    let n = match v {
+        SqlOwned::Integer(i) => Some(i),
+        SqlOwned::Real(f) if f.fract() == 0.0 && f.abs() < 9.0e18 => Some(f as i64),
+        SqlOwned::Text(ref t) => t.trim().parse().ok(),
+        _ => None,
+    }
+    .ok_or_else(|| rusqlite::Error::ModuleError("LIMIT and OFFSET take integers".into()))?;
+    Ok(u64::try_from(n).ok())
+}
+
 /// The vtab column `col` (0 for the ID, `1 + i` for field `i`) as a column
 /// and its kind; `None` for a column the table does not have.
 fn column_of(table: &Table, col: c_int) -> Option<(Column, FieldKind)> {
@@ -215,7 +238,23 @@ unsafe impl<'vtab> VTab<'vtab> for VirtualTable {
         let mut plan = String::new();
         let mut pushed = Vec::new();
         let (mut rows, mut keyed) = (SCAN_ROWS, false);
+        // LIMIT and OFFSET, offered by SQLite when every WHERE term on the
+        // table reached this method; usable by the engine only when there is
+        // no WHERE term at all (SQLite's re-check would otherwise drop rows
+        // after the engine stopped counting) and the order is the engine's.
+        let (mut limit, mut offset, mut filtered) = (None, None, false);
         for (i, c) in info.constraints().enumerate() {
+            match c.operator() {
+                IndexConstraintOp::SQLITE_INDEX_CONSTRAINT_LIMIT => {
+                    limit = c.is_usable().then_some(i);
+                    continue;
+                }
+                IndexConstraintOp::SQLITE_INDEX_CONSTRAINT_OFFSET => {
+                    offset = c.is_usable().then_some(i);
+                    continue;
+                }
+                _ => filtered = true,
+            }
             if !c.is_usable() {
                 continue;
             }
@@ -247,11 +286,7 @@ unsafe impl<'vtab> VTab<'vtab> for VirtualTable {
                 (Pushed::IsNull | Pushed::NotNull, _) => 2.0,
             };
             rows = (rows / narrows).max(1.0);
-            if !plan.is_empty() {
-                plan.push(',');
-            }
-            plan.push_str(&c.column().max(0).to_string());
-            plan.push(op.code());
+            push_plan(&mut plan, &format!("{}{}", c.column().max(0), op.code()));
             pushed.push((i, op));
         }
         let mut argv = 0;
@@ -263,10 +298,39 @@ unsafe impl<'vtab> VTab<'vtab> for VirtualTable {
             }
             usage.set_omit(false);
         }
+        // An order by the ID alone is the engine's to give (every engine
+        // sorts IDs as SQLite does); any other order SQLite sorts itself.
+        let by_id = match info.num_of_order_by() {
+            0 => Some(None),
+            1 => info
+                .order_bys()
+                .next()
+                .filter(|o| matches!(o.column(), -1 | 0))
+                .map(|o| Some(o.is_order_by_desc())),
+            _ => None,
+        };
+        if let Some(Some(desc)) = by_id {
+            info.set_order_by_consumed(true);
+            push_plan(&mut plan, if desc { "o-" } else { "o+" });
+        }
+        if let (Some(l), false, Some(_)) = (limit, filtered, by_id) {
+            argv += 1;
+            info.constraint_usage(l).set_argv_index(argv);
+            push_plan(&mut plan, "L");
+            rows = rows.min(1_000.0);
+            if let Some(o) = offset {
+                argv += 1;
+                let mut usage = info.constraint_usage(o);
+                usage.set_argv_index(argv);
+                // The engine skips the rows: SQLite must not skip them again.
+                usage.set_omit(true);
+                push_plan(&mut plan, "O");
+            }
+        }
         // Without a key the engine still reads the whole table, however few
         // rows it sends back.
         let cost = if keyed { rows } else { rows + SCAN_ROWS / 10.0 };
-        info.set_idx_num(pushed.len() as c_int);
+        info.set_idx_num(argv);
         if !plan.is_empty() {
             info.set_idx_str(&plan);
         }
@@ -413,6 +477,23 @@ fn pushed_select(
     let mut argv = 0;
     for item in plan.split(',').filter(|p| !p.is_empty()) {
         let bad = || rusqlite::Error::ModuleError(format!("bad virtual table plan {plan:?}"));
+        match item {
+            "o+" | "o-" => {
+                select.order = vec![(Column::Id, item == "o-")];
+                continue;
+            }
+            "L" | "O" => {
+                let n = count_arg(args.get::<SqlOwned>(argv)?)?;
+                argv += 1;
+                if item == "L" {
+                    select.limit = n;
+                } else {
+                    select.offset = n.unwrap_or(0);
+                }
+                continue;
+            }
+            _ => {}
+        }
         let op = item
             .chars()
             .last()

@@ -139,9 +139,25 @@ fn constraints_are_pushed_down() -> Res {
         ("SELECT * FROM Pet WHERE Kind > 'b'", "INDEX 0:"),
         ("SELECT * FROM Pet WHERE Kind <> 'cat'", "INDEX 0:"),
         ("SELECT * FROM Pet WHERE Kind LIKE 'c%'", "INDEX 0:"),
+        // The ID order is the engine's, and with no WHERE so are LIMIT and
+        // OFFSET; another order, or a WHERE, leaves them to SQLite.
+        ("SELECT * FROM Pet ORDER BY ID DESC", "INDEX 0:o-"),
+        ("SELECT * FROM Pet LIMIT 2", "INDEX 1:L"),
+        (
+            "SELECT * FROM Pet ORDER BY ID LIMIT 2 OFFSET 1",
+            "INDEX 2:o+,L,O",
+        ),
+        (
+            "SELECT * FROM Pet WHERE Price > 0 ORDER BY ID LIMIT 1",
+            "INDEX 1:3>,o+",
+        ),
+        ("SELECT * FROM Pet ORDER BY Price LIMIT 1", "INDEX 0:"),
     ] {
-        let p = plan(sql)?.join(" ");
-        assert!(p.ends_with(pushed), "{sql}: {p}");
+        let rows = plan(sql)?;
+        assert!(rows.iter().any(|r| r.ends_with(pushed)), "{sql}: {rows:?}");
+        // An order the engine gives is not sorted again.
+        let sorted = rows.iter().any(|r| r.contains("B-TREE FOR ORDER BY"));
+        assert_eq!(sorted, sql.contains("ORDER BY Price"), "{sql}: {rows:?}");
     }
     // In a join, the lookup on the joined column is pushed for each outer row.
     let join = plan("SELECT * FROM Owner o JOIN Pet p ON p.Owner = o.ID WHERE o.Name = 'Ann'")?
@@ -156,6 +172,22 @@ fn constraints_are_pushed_down() -> Res {
     assert_eq!(count("SELECT count(*) FROM Pet WHERE ID = NULL")?, 0);
     assert_eq!(count("SELECT count(*) FROM Pet WHERE Kind = 'cat'")?, 2);
     assert_eq!(count("SELECT count(*) FROM Pet WHERE rowid = 3")?, 1);
+    let ids = |sql: &str| {
+        main.with_connection(|c| {
+            let mut s = c.prepare(sql)?;
+            let r = s.query_map([], |r| r.get::<_, i64>(0))?;
+            r.collect::<Result<Vec<_>, _>>()
+        })
+    };
+    assert_eq!(ids("SELECT ID FROM Pet ORDER BY ID DESC LIMIT 2")?, [3, 2]);
+    assert_eq!(ids("SELECT ID FROM Pet ORDER BY ID LIMIT 1 OFFSET 1")?, [2]);
+    assert_eq!(
+        ids("SELECT ID FROM Pet ORDER BY ID LIMIT -1 OFFSET 2")?,
+        [3]
+    );
+    assert_eq!(ids("SELECT ID FROM Pet ORDER BY ID LIMIT '2'")?, [1, 2]);
+    assert_eq!(ids("SELECT ID FROM Pet LIMIT 0")?, Vec::<i64>::new());
+    assert!(ids("SELECT ID FROM Pet LIMIT 'x'").is_err());
     assert_eq!(count("SELECT count(*) FROM Pet WHERE Price > 100000")?, 2);
     assert_eq!(count("SELECT count(*) FROM Pet WHERE Price > NULL")?, 0);
     assert_eq!(count("SELECT count(*) FROM Pet WHERE Price > 'x'")?, 0);

@@ -97,14 +97,15 @@ fn filters_answer_as_sqlite_does(f: &dyn Factory) -> TestResult {
     }
     // The same rows, in a table of SQLite's own.
     main.with_connection(|c| c.execute_batch("CREATE TABLE VisitCopy AS SELECT * FROM Visit"))?;
-    let ids = |table: &str, cond: &str| {
+    let list = |sql: &str| {
         main.with_connection(|c| {
-            let sql = format!("SELECT ID FROM {table} WHERE {cond} ORDER BY ID");
-            let mut s = c.prepare(&sql)?;
+            let mut s = c.prepare(sql)?;
             let r = s.query_map([], |r| r.get::<_, i64>(0))?;
             r.collect::<Result<Vec<_>, _>>()
         })
     };
+    let ids =
+        |table: &str, cond: &str| list(&format!("SELECT ID FROM {table} WHERE {cond} ORDER BY ID"));
     for cond in [
         "ID = 2",
         "rowid = 3",
@@ -154,6 +155,31 @@ fn filters_answer_as_sqlite_does(f: &dyn Factory) -> TestResult {
             .into());
         }
     }
+    // Orders, limits and offsets, whichever of them the engine is given.
+    for tail in [
+        "ORDER BY ID DESC LIMIT 2",
+        "ORDER BY ID LIMIT 2 OFFSET 1",
+        "ORDER BY rowid DESC LIMIT -1 OFFSET 3",
+        "ORDER BY ID LIMIT 0",
+        "WHERE Name = 'ann' ORDER BY ID DESC LIMIT 1",
+        "WHERE Name LIKE 'b%' ORDER BY ID LIMIT 1",
+        "WHERE Weight > 1 ORDER BY ID DESC LIMIT 2 OFFSET 1",
+        "ORDER BY Weight DESC, ID LIMIT 3",
+        "ORDER BY Day, ID DESC LIMIT 2 OFFSET 2",
+    ] {
+        let through = list(&format!("SELECT ID FROM Visit {tail}"))?;
+        let native = list(&format!("SELECT ID FROM VisitCopy {tail}"))?;
+        if through != native {
+            return Err(format!(
+                "{}: {tail}: {through:?} through the virtual table, {native:?} in SQLite",
+                f.name()
+            )
+            .into());
+        }
+    }
+    let n = list("SELECT count(*) FROM (SELECT ID FROM Visit LIMIT 2 OFFSET 4)")?;
+    assert_eq!(n, [1]);
+
     // Typed reads through the ORM's SQL path agree with its own query.
     let sql: Vec<Visit> = client.sql_list(
         "SELECT * FROM Visit WHERE Day >= ? AND Price > ? ORDER BY ID",
