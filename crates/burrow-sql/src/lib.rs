@@ -36,6 +36,8 @@ mod my;
 mod options;
 #[cfg(feature = "postgres")]
 mod pg;
+#[cfg(feature = "postgres")]
+mod pgtls;
 mod pool;
 mod schema;
 mod table;

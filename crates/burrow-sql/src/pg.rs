@@ -38,6 +38,8 @@ pub struct PgSetup {
     pub config: Config,
     pub schema: Option<String>,
     pub statement_timeout: Option<Duration>,
+    #[cfg(feature = "tls")]
+    tls: Option<tokio_postgres_rustls::MakeRustlsConnect>,
 }
 
 impl PgSetup {
@@ -48,17 +50,35 @@ impl PgSetup {
         schema: Option<String>,
         statement_timeout: Option<Duration>,
     ) -> Result<Self> {
-        let mut config: Config = url
+        let tls = crate::pgtls::TlsSettings::from_url(url)?;
+        let mut config: Config = tls
+            .url
             .parse()
             .map_err(|e| Error::BadInput(format!("bad PostgreSQL URL: {e}")))?;
         config.connect_timeout(connect_timeout);
+        config.ssl_mode(tls.driver_mode());
         if config.get_application_name().is_none() {
             config.application_name("burrow");
+        }
+        #[cfg(not(feature = "tls"))]
+        if tls.root_cert.is_some()
+            || !matches!(
+                tls.mode,
+                crate::pgtls::SslMode::Disable | crate::pgtls::SslMode::Prefer
+            )
+        {
+            return Err(Error::BadInput(
+                "this URL's sslmode or sslrootcert needs TLS, which this build leaves out: \
+                 enable burrow-sql's `tls` feature (burrow's `postgres-tls`)"
+                    .into(),
+            ));
         }
         Ok(PgSetup {
             config,
             schema,
             statement_timeout,
+            #[cfg(feature = "tls")]
+            tls: crate::pgtls::connector(&tls)?,
         })
     }
 
@@ -70,14 +90,29 @@ impl PgSetup {
             .map_err(|e| {
                 DbError::new(DbErrorKind::Other, format!("cannot start a runtime: {e}"))
             })?;
+        // The connection task runs whenever the runtime is driven, which is
+        // during every call; it ends when the server closes the socket.
+        #[cfg(feature = "tls")]
+        if let Some(tls) = &self.tls {
+            let (client, connection) = rt
+                .block_on(self.config.connect(tls.clone()))
+                .map_err(|e| classify(&e, true))?;
+            rt.spawn(async move {
+                let _ = connection.await;
+            });
+            return self.set_up(rt, client);
+        }
         let (client, connection) = rt
             .block_on(self.config.connect(NoTls))
             .map_err(|e| classify(&e, true))?;
-        // The connection task runs whenever the runtime is driven, which is
-        // during every call; it ends when the server closes the socket.
         rt.spawn(async move {
             let _ = connection.await;
         });
+        self.set_up(rt, client)
+    }
+
+    /// Applies the schema and timeout settings to a new connection.
+    fn set_up(&self, rt: tokio::runtime::Runtime, client: Client) -> Result<PgConn, DbError> {
         let mut conn = PgConn {
             rt,
             client,
