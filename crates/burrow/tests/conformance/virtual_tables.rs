@@ -182,6 +182,14 @@ fn filters_answer_as_sqlite_does(f: &dyn Factory) -> TestResult {
     }
     let n = list("SELECT count(*) FROM (SELECT ID FROM Visit LIMIT 2 OFFSET 4)")?;
     assert_eq!(n, [1]);
+    for t in ["Visit", "VisitCopy"] {
+        let u = format!(
+            "SELECT ID FROM {t} UNION ALL SELECT ID FROM {t} ORDER BY 1 DESC LIMIT 3 OFFSET 2"
+        );
+        assert_eq!(list(&u)?, [4, 4, 3], "{t}");
+        let u = format!("SELECT ID FROM (SELECT ID FROM {t} LIMIT 2 OFFSET 1) UNION ALL SELECT 0");
+        assert_eq!(list(&u)?.len(), 3, "{t}");
+    }
 
     // Typed reads through the ORM's SQL path agree with its own query.
     let sql: Vec<Visit> = client.sql_list(
