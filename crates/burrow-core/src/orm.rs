@@ -118,17 +118,22 @@ pub trait Orm: Send + Sync {
         }
         let table = T::table();
         rec.stamp(crate::datetime::now(), true);
-        let created = table
-            .fields
-            .iter()
-            .position(|f| f.auto == crate::schema::AutoTime::Created);
-        let written: Option<Vec<usize>> =
-            created.map(|c| (0..table.fields.len()).filter(|&i| i != c).collect());
+        // Every field but the creation times is written over a stored record.
+        let created = |i: &usize| table.fields[*i].auto == crate::schema::AutoTime::Created;
+        let all = 0..table.fields.len();
+        let written: Option<Vec<usize>> = all
+            .clone()
+            .any(|i| created(&i))
+            .then(|| all.clone().filter(|i| !created(i)).collect());
         let engine = self.route(table)?;
         let added = engine.upsert(table, rec, written.as_deref())?;
-        if let (false, Some(c)) = (added, created) {
+        if !added && written.is_some() {
             let id = rec.id();
-            engine.retrieve(table, id, &mut |row| rec.set_field(c, row.get(c)?))?;
+            engine.retrieve(table, id, &mut |row| {
+                all.clone()
+                    .filter(created)
+                    .try_for_each(|c| rec.set_field(c, row.get(c)?))
+            })?;
         }
         Ok(added)
     }

@@ -193,6 +193,18 @@ pub trait Storage: Send + Sync {
         Ok(false)
     }
 
+    /// Whether a [`Filter`] on field `field` of `table` compares the field's
+    /// typed values (a date as a date, a boolean as true or false) rather than
+    /// its stored form. Where dates or booleans are stored as text or integers,
+    /// another writer may have left them in another layout (`2001-09-09
+    /// 01:46:40`, `2`) that reads back as the same value but compares
+    /// differently; the SQL virtual tables push filters on such fields down
+    /// only when this is `true`. The default is `false`.
+    fn filters_typed(&self, table: &'static Table, field: usize) -> bool {
+        let _ = (table, field);
+        false
+    }
+
     /// Runs a read-only SQL statement and hands each result row to `out` as a row
     /// of `table`: result columns are matched to the ID and fields by name.
     /// Values in `params` are bound to the statement's `?` in order. Engines

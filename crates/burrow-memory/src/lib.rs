@@ -674,6 +674,11 @@ impl State {
 }
 
 impl Storage for MemoryEngine {
+    // Rows hold typed values, and filters compare them.
+    fn filters_typed(&self, _table: &'static Table, _field: usize) -> bool {
+        true
+    }
+
     fn engine_name(&self) -> &'static str {
         ENGINE
     }

@@ -901,6 +901,16 @@ fn server_info(conn: &mut dyn Conn, d: Dialect) -> Result<ServerInfo> {
 }
 
 impl Storage for SqlEngine {
+    // Native dates, timestamps and PostgreSQL booleans compare as values;
+    // text dates and 0/1 integers compare as whatever another writer stored.
+    fn filters_typed(&self, table: &'static Table, field: usize) -> bool {
+        self.table(table).is_ok_and(|t| match t.encs.get(field) {
+            Some(Enc::Date | Enc::Stamp) => true,
+            Some(Enc::Bool) => t.dialect == Dialect::Postgres,
+            _ => false,
+        })
+    }
+
     fn engine_name(&self) -> &'static str {
         self.name
     }

@@ -6,10 +6,13 @@
 //! | `disable` | never | – |
 //! | `prefer` (default) | when the server offers it | not checked |
 //! | `require` | always | not checked; checked like `verify-ca` when `sslrootcert` is given |
-//! | `verify-ca` | always | signed by a trusted CA |
+//! | `verify-ca` | always | signed by the CA of `sslrootcert` |
 //! | `verify-full` | always | signed by a trusted CA and naming the host |
 //!
-//! The trusted CAs are the PEM file `sslrootcert`, else the public web roots.
+//! The trusted CAs are the PEM file `sslrootcert`; for `verify-full` without
+//! one (or with `sslrootcert=system`), the public web roots. `verify-ca` needs
+//! `sslrootcert`: the public roots would vouch for any public certificate,
+//! whatever its name. Unlike libpq, nothing is read from `~/.postgresql`.
 //! Without the `tls` feature the engine speaks plain TCP only: `prefer` then
 //! means plain, and the modes that need TLS are refused with a message naming
 //! the feature.
@@ -142,11 +145,30 @@ mod with_tls {
     /// The connector for `settings`; `None` when TLS is off.
     pub(crate) fn connector(settings: &TlsSettings) -> Result<Option<MakeRustlsConnect>> {
         let provider = Arc::new(rustls::crypto::ring::default_provider());
+        let system = settings.root_cert.as_deref() == Some("system");
         let check = match (settings.mode, &settings.root_cert) {
             (SslMode::Disable, _) => return Ok(None),
-            (SslMode::Prefer, _) | (SslMode::Require, None) => Check::Nothing,
-            (SslMode::Require | SslMode::VerifyCa, _) => Check::Chain,
+            // As libpq 16: the public roots vouch for any name, so they are
+            // only worth trusting together with the host name.
             (SslMode::VerifyFull, _) => Check::Full,
+            (_, Some(_)) if system => {
+                return Err(Error::BadInput(
+                    "sslrootcert=system needs sslmode=verify-full: any public certificate \
+                     would pass a weaker check"
+                        .into(),
+                ))
+            }
+            (SslMode::Prefer, _) | (SslMode::Require, None) => Check::Nothing,
+            (SslMode::Require, Some(_)) => Check::Chain,
+            (SslMode::VerifyCa, Some(_)) => Check::Chain,
+            (SslMode::VerifyCa, None) => {
+                return Err(Error::BadInput(
+                    "sslmode=verify-ca needs sslrootcert, the CA to check the server's \
+                     certificate against (the public roots would accept any public \
+                     certificate, whatever its name)"
+                        .into(),
+                ))
+            }
         };
         let algorithms = provider.signature_verification_algorithms;
         let verifier: Arc<dyn ServerCertVerifier> = match check {
@@ -156,7 +178,7 @@ mod with_tls {
             }),
             Check::Chain | Check::Full => {
                 let mut roots = RootCertStore::empty();
-                match &settings.root_cert {
+                match settings.root_cert.as_deref().filter(|_| !system) {
                     Some(path) => {
                         let pem = std::fs::read(path).map_err(|e| {
                             Error::BadInput(format!("sslrootcert {path:?} cannot be read: {e}"))

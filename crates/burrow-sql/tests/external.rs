@@ -612,6 +612,19 @@ fn mapping_onto_existing_table(db: &Db) -> TestResult {
         shown,
         ("1906-12-09".into(), "2001-09-09T01:46:40.25".into())
     );
+    // And filters on them mean what they mean on the text SQL is shown.
+    for cond in [
+        "Joined = '2001-09-09T01:46:40.25'",
+        "Joined >= '2001-09-09T01:46:40.25'",
+        "Joined > '2001-09-09T01:46:40'",
+        "Joined < '2001-09-09T01:46:41'",
+        "Born = '1906-12-09'",
+        "Born <= '1906-12-09'",
+    ] {
+        let sql = format!("SELECT count(*) FROM Person WHERE FirstName = 'Raw' AND {cond}");
+        let n = main.with_connection(|c| c.query_row(&sql, [], |r| r.get::<_, i64>(0)))?;
+        assert_eq!(n, 1, "{cond}");
+    }
     Ok(())
 }
 

@@ -95,7 +95,7 @@ impl Hot {
 /// fast hash costs a fraction of that.
 ///
 /// Statements are reached only through [`KeptStatement`], which cannot move
-/// one out, so the contract of [`Hot`] holds: `statements` is declared before
+/// one out, so the contract of `Hot` (this module) holds: `statements` is declared before
 /// `conn` (dropped first) and the connection is boxed (a stable address).
 pub struct KeptConnection {
     statements: Vec<Statement<'static>>,

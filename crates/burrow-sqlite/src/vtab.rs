@@ -6,16 +6,24 @@
 //! included, while per-record calls still go straight to the owning engine.
 //! WHERE constraints are pushed down to the engine (`xBestIndex`), which turns
 //! them into its own query (SQL for an external database): equality on any
-//! column, ranges on numbers, amounts, dates and times, and `IS [NOT] NULL`.
-//! A lookup by ID is one engine call, not a scan, and a join looks up the
-//! joined column in the engine for each outer row. SQLite re-checks every
-//! pushed constraint, so a pushed-down filter can only narrow what the engine
-//! sends, never change a result; what an engine could answer differently
-//! stays with SQLite alone: ranges and `<>` on text (a server table mapped
-//! from another application may have any collation), date or time bounds not written as Burrow writes them
-//! (SQLite compares their text), and times finer than the microsecond the
-//! servers keep. (Stored dates beyond the years 0–9999, written with a sign,
-//! are the one case where SQLite's text order and an engine's differ.) An
+//! column, ranges on numbers and amounts, and `IS [NOT] NULL`; equality and
+//! ranges on dates, times and booleans too where the engine compares them as
+//! values ([`Storage::filters_typed`]: the memory engine, native date and
+//! time columns of the servers). A lookup by ID is one engine call, not a
+//! scan, and a join looks up the joined column in the engine for each outer
+//! row. SQLite re-checks every pushed constraint, so a pushed-down filter can
+//! only narrow what the engine sends, never change a result; what an engine
+//! could answer differently stays with SQLite alone:
+//! - a comparison under a collation other than bytes (`COLLATE NOCASE`);
+//! - ranges and `<>` on text (a server table mapped from another application
+//!   may sort by any collation), and JSON (PostgreSQL's `json` has no `=`);
+//! - dates, times and booleans stored as text or integers, which another
+//!   writer may have left in another layout that SQL is shown rewritten;
+//! - date or time bounds not written as Burrow writes them (SQLite compares
+//!   their text), and times finer than the microsecond the servers keep.
+//!
+//! `< bound` on a date also asks for the dates outside the years 0–9999,
+//! which are written with a sign and sort as text before all others. An
 //! `ORDER BY ID` is left to the engine, and so are `LIMIT` and `OFFSET` when
 //! the statement has no WHERE on the table, so "the last ten rows" reads ten
 //! rows, not the table. The module knows engines only through the `Storage`
@@ -193,6 +201,44 @@ fn column_of(table: &Table, col: c_int) -> Option<(Column, FieldKind)> {
     }
 }
 
+impl VirtualTable {
+    /// Whether constraint `i` (`column op …`) can go to the engine without
+    /// changing a result: it must compare bytes (no `COLLATE NOCASE`), and the
+    /// engine must compare the column as SQLite compares what it is shown.
+    fn pushable(
+        &self,
+        i: usize,
+        info: &IndexInfo,
+        column: Column,
+        kind: FieldKind,
+        op: Pushed,
+    ) -> bool {
+        if !info
+            .collation(i)
+            .is_ok_and(|c| c.eq_ignore_ascii_case("BINARY"))
+        {
+            return false;
+        }
+        let Column::Field(f) = column else {
+            // The ID is an integer, never NULL: SQLite answers IS NULL alone.
+            return matches!(op, Pushed::Cmp(_));
+        };
+        match kind {
+            // Shown as ISO text or 0/1, stored maybe otherwise: only an engine
+            // comparing values means what SQLite's comparison of the text does.
+            FieldKind::Date | FieldKind::DateTime | FieldKind::Bool
+                if !self.engine.filters_typed(self.table, f) =>
+            {
+                matches!(op, Pushed::IsNull | Pushed::NotNull)
+            }
+            // PostgreSQL's `json` type has no equality.
+            FieldKind::Json => matches!(op, Pushed::IsNull | Pushed::NotNull),
+            FieldKind::Bool => !matches!(op, Pushed::Cmp(c) if c != CmpOp::Eq),
+            _ => !matches!(op, Pushed::Cmp(c) if c != CmpOp::Eq) || orders_like_sqlite(kind),
+        }
+    }
+}
+
 // SAFETY: `VirtualTable` is `repr(C)` with `sqlite3_vtab` first, as the trait
 // requires, and it owns everything its cursors borrow.
 unsafe impl<'vtab> VTab<'vtab> for VirtualTable {
@@ -263,6 +309,9 @@ unsafe impl<'vtab> VTab<'vtab> for VirtualTable {
             else {
                 continue;
             };
+            if !self.pushable(i, info, column, kind, op) {
+                continue;
+            }
             let narrows = match (op, column) {
                 (Pushed::Cmp(CmpOp::Eq), Column::Id) => {
                     keyed = true;
@@ -279,10 +328,7 @@ unsafe impl<'vtab> VTab<'vtab> for VirtualTable {
                         10.0
                     }
                 }
-                (Pushed::Cmp(_), _) if orders_like_sqlite(kind) => 4.0,
-                (Pushed::Cmp(_), _) => continue,
-                // The ID is never NULL: SQLite answers that alone.
-                (_, Column::Id) => continue,
+                (Pushed::Cmp(_), _) => 4.0,
                 (Pushed::IsNull | Pushed::NotNull, _) => 2.0,
             };
             rows = (rows / narrows).max(1.0);
@@ -463,6 +509,39 @@ fn ranges_like_sqlite(kind: FieldKind, raw: &SqlOwned, v: &Value) -> bool {
         }
 }
 
+/// `column < bound` (or `<=`) on a date or time as SQLite means it on the
+/// ISO text it is shown: dates before year 0 and from year 10000 on are
+/// written with a sign and sort before all others (`+10000-01-01` <
+/// `2020-01-01`), so the engine is asked for `NOT (column >= bound AND column
+/// <= 9999-12-31…)` instead (`>` for `<=`), with the last bound added to
+/// `params` (every engine can bind it); `None` for any other comparison.
+fn text_order_below(
+    kind: FieldKind,
+    cmp: CmpOp,
+    column: Column,
+    bound: usize,
+    params: &mut Vec<Value>,
+) -> Option<Expr> {
+    let last = burrow_core::chrono::NaiveDate::from_ymd_opt(9_999, 12, 31)?;
+    let last = match kind {
+        FieldKind::Date => Value::Date(last),
+        FieldKind::DateTime => {
+            Value::DateTime(last.and_hms_nano_opt(23, 59, 59, 999_999_999)?.and_utc())
+        }
+        _ => return None,
+    };
+    let not_below = match cmp {
+        CmpOp::Lt => CmpOp::Ge,
+        CmpOp::Le => CmpOp::Gt,
+        _ => return None,
+    };
+    params.push(last);
+    Some(Expr::Not(Box::new(Expr::And(vec![
+        Expr::Cmp(column, not_below, bound),
+        Expr::Cmp(column, CmpOp::Le, params.len() - 1),
+    ]))))
+}
+
 /// The engine query for a plan of [`VirtualTable::best_index`], with the
 /// constraint values SQLite passed; `None` when a comparison with NULL makes
 /// the result empty. A value that cannot be the column's typed value leaves its
@@ -523,8 +602,12 @@ fn pushed_select(
         if cmp != CmpOp::Eq && !ranges_like_sqlite(kind, &raw, &v) {
             continue;
         }
-        exprs.push(Expr::Cmp(column, cmp, select.filter.params.len()));
+        let bound = select.filter.params.len();
         select.filter.params.push(v);
+        exprs.push(
+            text_order_below(kind, cmp, column, bound, &mut select.filter.params)
+                .unwrap_or(Expr::Cmp(column, cmp, bound)),
+        );
     }
     select.filter.expr = match exprs.len() {
         0 => None,

@@ -139,6 +139,11 @@ fn constraints_are_pushed_down() -> Res {
         ("SELECT * FROM Pet WHERE Kind > 'b'", "INDEX 0:"),
         ("SELECT * FROM Pet WHERE Kind <> 'cat'", "INDEX 0:"),
         ("SELECT * FROM Pet WHERE Kind LIKE 'c%'", "INDEX 0:"),
+        // A collation other than bytes is SQLite's to apply.
+        (
+            "SELECT * FROM Pet WHERE Kind = 'CAT' COLLATE NOCASE",
+            "INDEX 0:",
+        ),
         // The ID order is the engine's, and with no WHERE so are LIMIT and
         // OFFSET; another order, or a WHERE, leaves them to SQLite.
         ("SELECT * FROM Pet ORDER BY ID DESC", "INDEX 0:o-"),
