@@ -45,17 +45,36 @@ impl Op {
     }
 }
 
-/// A parsed batch body.
-pub(crate) struct Parsed<'a> {
+/// Writes of a body, in order, and the values of their rows.
+#[derive(Default)]
+pub(crate) struct Part<'a> {
     pub ops: Vec<Op>,
     /// The values of every row, row after row.
     cells: Vec<Cell<'a>>,
+}
+
+/// How a body asks its writes to be committed.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub(crate) struct Settings {
     /// `"automaticTransactionPerRow",N`: commit every N writes (0: none).
     pub auto_rows: usize,
     /// `"rollbackOnError",true` (Burrow): one transaction, undone on the first failure.
     pub rollback_on_error: bool,
     /// `"stopOnError",true` (Burrow): stop at the first failure and report it.
     pub stop_on_error: bool,
+}
+
+/// A parsed batch body: its writes, in one part or several.
+pub(crate) struct Parsed<'a> {
+    pub parts: Vec<Part<'a>>,
+    pub settings: Settings,
+}
+
+impl Parsed<'_> {
+    /// Every write, in order.
+    pub fn ops(&self) -> impl Iterator<Item = &Op> {
+        self.parts.iter().flat_map(|p| &p.ops)
+    }
 }
 
 /// A row of a parsed body, as an engine reads it.
@@ -161,21 +180,68 @@ pub(crate) fn parse<'a>(
     default: Option<&'static Table>,
     body: &'a [u8],
 ) -> Result<Parsed<'a>> {
+    let mut parts = Vec::new();
+    let (last, settings) =
+        parse_in_parts(model, default, body, usize::MAX, &mut |p, _| parts.push(p))?;
+    parts.push(last);
+    Ok(Parsed { parts, settings })
+}
+
+/// [`parse`], handing each `rows` writes to `sink` as soon as they are read,
+/// with the settings read so far. Returns the last part and the settings.
+pub(crate) fn parse_in_parts<'a>(
+    model: &Model,
+    default: Option<&'static Table>,
+    body: &'a [u8],
+    rows: usize,
+    sink: &mut dyn FnMut(Part<'a>, Settings),
+) -> Result<(Part<'a>, Settings)> {
     let text = std::str::from_utf8(body).map_err(|e| bad(format!("invalid batch: {e}")))?;
     let mut r = Reader::new(text);
-    read_body(model, default, &mut r).map_err(|e| match e {
+    let mut out = Out {
+        part: Part::default(),
+        settings: Settings::default(),
+        rows,
+        sink,
+    };
+    read_body(model, default, &mut r, &mut out).map_err(|e| match e {
         Error::BadInput(m) => bad(format!("invalid batch: {m}")),
         other => bad(format!("invalid batch: {other}")),
-    })
+    })?;
+    Ok((out.part, out.settings))
+}
+
+/// Where parsed writes go: into `part`, handed on every `rows` writes.
+struct Out<'a, 's> {
+    part: Part<'a>,
+    settings: Settings,
+    rows: usize,
+    sink: &'s mut dyn FnMut(Part<'a>, Settings),
+}
+
+impl<'a> Out<'a, '_> {
+    fn push(&mut self, op: Op) {
+        self.part.ops.push(op);
+        if self.part.ops.len() >= self.rows {
+            // The next part likely holds rows like this one's.
+            let next = Part {
+                ops: Vec::with_capacity(self.rows),
+                cells: Vec::with_capacity(self.part.cells.len()),
+            };
+            let full = std::mem::replace(&mut self.part, next);
+            (self.sink)(full, self.settings);
+        }
+    }
 }
 
 fn read_body<'a>(
     model: &Model,
     default: Option<&'static Table>,
     r: &mut Reader<'a>,
-) -> Result<Parsed<'a>> {
-    let parsed = match r.peek() {
-        Some(b'[') => items(model, default, r)?,
+    out: &mut Out<'a, '_>,
+) -> Result<()> {
+    match r.peek() {
+        Some(b'[') => items(model, default, r, out)?,
         Some(b'{') => {
             r.expect(b'{')?;
             let name = match r.peek() {
@@ -191,16 +257,14 @@ fn read_body<'a>(
                 .table(&name)
                 .ok_or_else(|| Error::UnknownTable(name.into_owned()))?;
             r.expect(b':')?;
-            let p = items(model, Some(t), r)?;
+            items(model, Some(t), r, out)?;
             if r.more(b'}')? {
                 return Err(bad("a batch object holds one array"));
             }
-            p
         }
         _ => return r.fail("expected an array, or an object holding one array"),
-    };
-    r.end()?;
-    Ok(parsed)
+    }
+    r.end()
 }
 
 /// The table a verb names: `VERB@Table`, or the batch's own.
@@ -238,14 +302,8 @@ fn items<'a>(
     model: &Model,
     default: Option<&'static Table>,
     r: &mut Reader<'a>,
-) -> Result<Parsed<'a>> {
-    let mut p = Parsed {
-        ops: Vec::new(),
-        cells: Vec::new(),
-        auto_rows: 0,
-        rollback_on_error: false,
-        stop_on_error: false,
-    };
+    out: &mut Out<'a, '_>,
+) -> Result<()> {
     let mut tables = Tables {
         model,
         default,
@@ -262,7 +320,8 @@ fn items<'a>(
                 if !r.more(b']')? {
                     return Err(bad(format!("{word} without a value")));
                 }
-                p.ops.push(Op::Add(None, simple(r, table, &mut p.cells)?));
+                let rec = simple(r, table, &mut out.part.cells)?;
+                out.push(Op::Add(None, rec));
                 more = r.more(b']')?;
                 continue;
             }
@@ -272,17 +331,18 @@ fn items<'a>(
             return Err(bad(format!("{word} without a value")));
         }
         match &*word {
-            "automaticTransactionPerRow" => p.auto_rows = r.unsigned()? as usize,
+            "automaticTransactionPerRow" => out.settings.auto_rows = r.unsigned()? as usize,
             "options" => {
                 r.raw()?;
             }
-            "rollbackOnError" => p.rollback_on_error = r.boolean()?,
-            "stopOnError" => p.stop_on_error = r.boolean()?,
+            "rollbackOnError" => out.settings.rollback_on_error = r.boolean()?,
+            "stopOnError" => out.settings.stop_on_error = r.boolean()?,
             _ => {
                 let (verb, table) = tables.get(&word)?;
+                let p = &mut out.part;
                 if p.ops.capacity() == 0 {
                     // Sized from the body: each row takes some tens of bytes.
-                    let rows = r.remaining() / (16 + 8 * table.fields.len()) + 1;
+                    let rows = (r.remaining() / (16 + 8 * table.fields.len()) + 1).min(out.rows);
                     p.ops.reserve(rows);
                     p.cells.reserve(rows * table.fields.len());
                 }
@@ -315,12 +375,12 @@ fn items<'a>(
                     ),
                     v => bits_op(r, table, v, &mut p.cells, now)?,
                 };
-                p.ops.push(op);
+                out.push(op);
             }
         }
         more = r.more(b']')?;
     }
-    Ok(p)
+    Ok(())
 }
 
 /// The value of field `idx`, text borrowed from the body when it can be.
@@ -489,29 +549,22 @@ fn bits_op<'a>(
     }
 }
 
-/// Runs the writes. `route` gives each table's engine. Without an open
-/// transaction, chunks of `auto_rows` (or the whole batch, with
-/// `rollback_on_error`) each run in a transaction on every engine involved.
-pub(crate) fn execute<'e>(
-    p: &Parsed<'_>,
-    route: &dyn Fn(&'static Table) -> Result<&'e dyn Storage>,
-    in_tx: bool,
-) -> Result<Vec<BatchResult>> {
-    let n = |rec: &Rec| rec.table.fields.len();
-    let views: Vec<View<'_, '_>> = p
-        .ops
-        .iter()
-        .filter_map(|op| match op {
+/// The batch items of `parts`, in order, handed to `f`.
+fn with_items<R>(parts: &[Part<'_>], f: impl FnOnce(&[BatchItem<'_>]) -> R) -> R {
+    let n = parts.iter().map(|p| p.ops.len()).sum();
+    let mut views: Vec<View<'_, '_>> = Vec::with_capacity(n);
+    for p in parts {
+        views.extend(p.ops.iter().filter_map(|op| match op {
             Op::Add(_, rec) | Op::Update(rec, _) => Some(View {
                 rec,
-                cells: &p.cells[rec.start..rec.start + n(rec)],
+                cells: &p.cells[rec.start..rec.start + rec.table.fields.len()],
             }),
             Op::Delete(..) => None,
-        })
-        .collect();
+        }));
+    }
     let mut rows = views.iter();
-    let mut items: Vec<BatchItem<'_>> = Vec::with_capacity(p.ops.len());
-    for op in &p.ops {
+    let mut items: Vec<BatchItem<'_>> = Vec::with_capacity(n);
+    for op in parts.iter().flat_map(|p| &p.ops) {
         items.push(BatchItem {
             table: op.table(),
             op: match op {
@@ -527,22 +580,201 @@ pub(crate) fn execute<'e>(
             },
         });
     }
-    // Consecutive items of one table share its engine.
-    let mut engines: Vec<&dyn Storage> = Vec::with_capacity(items.len());
-    let mut last: Option<(&'static Table, &dyn Storage)> = None;
-    for item in &items {
-        let e = match last {
-            Some((t, e)) if std::ptr::eq(t, item.table) => e,
-            _ => route(item.table)?,
+    f(&items)
+}
+
+/// Runs the writes. `route` gives each table's engine. Without an open
+/// transaction, chunks of `auto_rows` (or the whole batch, with
+/// `rollback_on_error`) each run in a transaction on every engine involved.
+pub(crate) fn execute<'e>(
+    p: &Parsed<'_>,
+    route: &dyn Fn(&'static Table) -> Result<&'e dyn Storage>,
+    in_tx: bool,
+) -> Result<Vec<BatchResult>> {
+    with_items(&p.parts, |items| {
+        // Consecutive items of one table share its engine.
+        let mut engines: Vec<&dyn Storage> = Vec::with_capacity(items.len());
+        let mut last: Option<(&'static Table, &dyn Storage)> = None;
+        for item in items {
+            let e = match last {
+                Some((t, e)) if std::ptr::eq(t, item.table) => e,
+                _ => route(item.table)?,
+            };
+            last = Some((item.table, e));
+            engines.push(e);
+        }
+        let opts = BatchOptions {
+            auto_transaction_rows: p.settings.auto_rows,
+            rollback_on_error: p.settings.rollback_on_error,
         };
-        last = Some((item.table, e));
-        engines.push(e);
+        apply_batch_items(items, &engines, opts, p.settings.stop_on_error, in_tx)
+    })
+}
+
+/// Writes handed from the parsing thread to the applying one at a time: few
+/// enough that applying starts soon, enough to make the hand-offs cheap. A
+/// multiple of the rows the SQLite engine inserts per statement (200), so
+/// that part boundaries split none of its statements.
+const PART_ROWS: usize = 1000;
+
+/// What [`parse_and_run`] did.
+pub(crate) enum Run<'a> {
+    /// The body is malformed; nothing was written.
+    Invalid(Error),
+    /// The writes ran, as [`execute`] runs them.
+    Ran(Parsed<'a>, Result<Vec<BatchResult>>),
+    /// Nothing was written: the caller runs the body as usual.
+    Parsed(Parsed<'a>),
+}
+
+/// Whether `execute` runs `rows` writes under these settings as one
+/// transaction (outside an open one).
+fn one_transaction(s: Settings, rows: usize) -> bool {
+    s.rollback_on_error || (s.auto_rows > 0 && rows <= s.auto_rows)
+}
+
+/// A batch applied while its body is still being parsed, inside one
+/// transaction that is committed only once the whole body has parsed.
+struct Ahead<'e> {
+    engine: &'e dyn Storage,
+    settings: Settings,
+    rows: usize,
+    results: Vec<BatchResult>,
+}
+
+enum Speculation<'e> {
+    NotYet,
+    On(Ahead<'e>),
+    /// Stopped, its transaction undone: the batch runs as usual.
+    Off,
+}
+
+impl<'e> Speculation<'e> {
+    /// Applies `part` ahead, if the batch still fits: one transaction, one
+    /// engine, every write admitted, no error. Otherwise undoes what ran.
+    fn apply(
+        &mut self,
+        part: &Part<'_>,
+        settings: Settings,
+        route: &dyn Fn(&'static Table) -> Result<&'e dyn Storage>,
+        admit: &dyn Fn(&Op) -> bool,
+    ) {
+        if let Speculation::NotYet = self {
+            let Some(first) = part.ops.first() else {
+                return;
+            };
+            *self = match route(first.table()) {
+                Ok(engine) if one_transaction(settings, 0) && engine.begin().is_ok() => {
+                    Speculation::On(Ahead {
+                        engine,
+                        settings,
+                        rows: 0,
+                        results: Vec::new(),
+                    })
+                }
+                _ => Speculation::Off,
+            };
+        }
+        let Speculation::On(a) = self else {
+            return;
+        };
+        a.rows += part.ops.len();
+        let fits = settings == a.settings
+            && one_transaction(settings, a.rows)
+            && part
+                .ops
+                .iter()
+                .all(|op| admit(op) && route(op.table()).is_ok_and(|e| same_engine(e, a.engine)));
+        let stop = settings.rollback_on_error || settings.stop_on_error;
+        if !fits
+            || with_items(std::slice::from_ref(part), |items| {
+                a.engine.apply_batch(items, &mut a.results, stop)
+            })
+            .is_err()
+        {
+            self.undo();
+        }
     }
-    let opts = BatchOptions {
-        auto_transaction_rows: p.auto_rows,
-        rollback_on_error: p.rollback_on_error,
-    };
-    apply_batch_items(&items, &engines, opts, p.stop_on_error, in_tx)
+
+    fn undo(&mut self) {
+        if let Speculation::On(a) = std::mem::replace(self, Speculation::Off) {
+            let _ = a.engine.rollback();
+        }
+    }
+
+    /// The outcome, once the whole body has parsed with these settings;
+    /// `None` when the batch must run as usual.
+    fn finish(mut self, settings: Settings) -> Option<Result<Vec<BatchResult>>> {
+        match &self {
+            Speculation::On(a) if a.settings == settings => {}
+            _ => {
+                self.undo();
+                return None;
+            }
+        }
+        let Speculation::On(a) = self else {
+            return None;
+        };
+        Some(a.engine.commit().map(|()| a.results))
+    }
+}
+
+fn same_engine(a: &dyn Storage, b: &dyn Storage) -> bool {
+    std::ptr::addr_eq(a as *const dyn Storage, b as *const dyn Storage)
+}
+
+/// Parses `body` on a second thread while this one applies the writes read
+/// so far, so that parsing and applying overlap.
+///
+/// Only a batch that [`execute`] would run as one transaction on one engine
+/// (outside an open transaction: the caller's business) runs ahead, and its
+/// transaction commits only after the whole body has parsed, so a malformed
+/// body still changes nothing. Anything else (other settings, several
+/// engines, a write `admit` refuses, an error) is undone and handed back
+/// parsed, to run as usual; `admit` also sees every write before it runs.
+/// This thread applies, so the transaction belongs to it, as with
+/// [`execute`].
+pub(crate) fn parse_and_run<'a, 'e>(
+    model: &Model,
+    default: Option<&'static Table>,
+    body: &'a [u8],
+    route: &dyn Fn(&'static Table) -> Result<&'e dyn Storage>,
+    admit: &dyn Fn(&Op) -> bool,
+) -> Run<'a> {
+    std::thread::scope(|s| {
+        let (tx, rx) = std::sync::mpsc::channel();
+        let parser = s.spawn(move || {
+            parse_in_parts(model, default, body, PART_ROWS, &mut |part, settings| {
+                let _ = tx.send((part, settings));
+            })
+        });
+        let mut ahead = Speculation::NotYet;
+        let mut parts = Vec::new();
+        for (part, settings) in rx {
+            ahead.apply(&part, settings, route, admit);
+            parts.push(part);
+        }
+        let (last, settings) = match parser.join() {
+            Ok(Ok(parsed)) => parsed,
+            Ok(Err(e)) => {
+                ahead.undo();
+                return Run::Invalid(e);
+            }
+            Err(panic) => {
+                ahead.undo();
+                std::panic::resume_unwind(panic)
+            }
+        };
+        if let Speculation::On(_) = ahead {
+            ahead.apply(&last, settings, route, admit);
+        }
+        parts.push(last);
+        let parsed = Parsed { parts, settings };
+        match ahead.finish(settings) {
+            Some(r) => Run::Ran(parsed, r),
+            None => Run::Parsed(parsed),
+        }
+    })
 }
 
 /// The JSON array of per-item results: the new ID of an add, 200 for an
@@ -605,12 +837,12 @@ mod test {
         let body = br#"{Sample:["automaticTransactionPerRow",100,"POST",{"A":"x"},"PUT",{"RowID":3,"B":"y"},
             "DELETE",4,"SIMPLE",["a","b",""],"u02",[5,"z"],"i03",["p","q"],"03",[9,"p","q"],"DELETE@Sample","6"]}"#;
         let p = parse(&m, None, body)?;
-        assert_eq!(p.auto_rows, 100);
-        assert_eq!(p.ops.len(), 8);
-        assert!(matches!(&p.ops[1], Op::Update(r, f) if r.id == 3 && f == &vec![1, 2]));
-        assert!(matches!(&p.ops[4], Op::Update(r, f) if r.id == 5 && f == &vec![1, 2]));
-        assert!(matches!(&p.ops[6], Op::Add(Some(9), _)));
-        assert!(matches!(&p.ops[7], Op::Delete(_, 6)));
+        assert_eq!(p.settings.auto_rows, 100);
+        assert_eq!(p.parts[0].ops.len(), 8);
+        assert!(matches!(&p.parts[0].ops[1], Op::Update(r, f) if r.id == 3 && f == &vec![1, 2]));
+        assert!(matches!(&p.parts[0].ops[4], Op::Update(r, f) if r.id == 5 && f == &vec![1, 2]));
+        assert!(matches!(&p.parts[0].ops[6], Op::Add(Some(9), _)));
+        assert!(matches!(&p.parts[0].ops[7], Op::Delete(_, 6)));
         for bad in [
             &br#"["POST",{"A":"x"}]"#[..],
             br#"{"Sample":["PUT",{"A":"x"}]}"#,
@@ -640,13 +872,13 @@ mod test {
     }
 
     fn text(p: &Parsed<'_>, op: usize, field: usize) -> String {
-        let rec = match &p.ops[op] {
+        let rec = match &p.parts[0].ops[op] {
             Op::Add(_, r) | Op::Update(r, _) => r,
             Op::Delete(..) => panic!("no row"),
         };
         let view = View {
             rec,
-            cells: &p.cells[rec.start..rec.start + rec.table.fields.len()],
+            cells: &p.parts[0].cells[rec.start..rec.start + rec.table.fields.len()],
         };
         match view.field(field) {
             ValueRef::Text(t) => t.into_owned(),
@@ -666,8 +898,8 @@ mod test {
             "SIMPLE@sample",["fourth","y",""],
             "POST@Sample",{"B":"only b","ID":"12"} ] "#;
         let p = parse(&m, None, body)?;
-        assert_eq!(p.ops.len(), 5);
-        assert!(matches!(p.cells[0], Cell::Text("plain")));
+        assert_eq!(p.parts[0].ops.len(), 5);
+        assert!(matches!(p.parts[0].cells[0], Cell::Text("plain")));
         assert_eq!(text(&p, 0, 1), "esc\"aped\u{e9}");
         assert_eq!(text(&p, 0, 2), "2024-01-02T03:04:05.5");
         assert_eq!(text(&p, 1, 0), "second");
@@ -675,7 +907,7 @@ mod test {
         assert_eq!(text(&p, 2, 2), "2024-01-02T03:04:06");
         assert_eq!(text(&p, 3, 0), "fourth");
         assert_eq!(text(&p, 3, 2), "1970-01-01T00:00:00");
-        assert!(matches!(&p.ops[4], Op::Add(Some(12), r) if r.id == 12));
+        assert!(matches!(&p.parts[0].ops[4], Op::Add(Some(12), r) if r.id == 12));
         assert_eq!(text(&p, 4, 0), "");
         assert_eq!(text(&p, 4, 1), "only b");
         Ok(())

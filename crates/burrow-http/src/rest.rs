@@ -7,7 +7,8 @@ use std::sync::atomic::Ordering;
 use burrow_core::chrono::Utc;
 use burrow_core::json::{self, ListWriter};
 use burrow_core::{
-    Column, Error, Filter, JsonDialect, Orm, OwnedRow, Select, Storage, Table, ValueRef,
+    BatchResult, Column, Error, Filter, JsonDialect, Orm, OwnedRow, Select, Storage, Table,
+    ValueRef,
 };
 
 use crate::auth::{Denied, Principal, Rights};
@@ -454,6 +455,11 @@ fn sql_select(sh: &Shared, req: &Request, who: Principal) -> Outcome {
     }
 }
 
+/// Bodies from this size are parsed on a second thread while the writes
+/// already read are applied (see [`batch::parse_and_run`]): below it, the
+/// hand-off costs more than the overlap saves.
+const PIPELINE_BYTES: usize = 256 * 1024;
+
 fn run_batch(
     sh: &Shared,
     req: &Request,
@@ -461,29 +467,49 @@ fn run_batch(
     default: Option<&'static Table>,
     in_tx: bool,
 ) -> Outcome {
-    let parsed = batch::parse(sh.client.model(), default, &req.body).map_err(err)?;
-    // Every right is checked before anything is written.
-    for op in &parsed.ops {
-        let need: fn(&Rights) -> bool = match op {
+    let need = |op: &batch::Op| -> fn(&Rights) -> bool {
+        match op {
             batch::Op::Add(..) => |r| r.create,
             batch::Op::Update(..) => |r| r.update,
             batch::Op::Delete(..) => |r| r.delete,
-        };
-        check(sh, who, op.table(), need)?;
-    }
-    let flush = || {
-        for op in &parsed.ops {
-            match op {
-                batch::Op::Update(row, _) => sh.cache.flush_id(row.table, row.id),
-                batch::Op::Delete(t, id) => sh.cache.flush_id(t, *id),
-                batch::Op::Add(..) => {}
-            }
         }
     };
-    flush();
+    let flush = |op: &batch::Op| match op {
+        batch::Op::Update(row, _) => sh.cache.flush_id(row.table, row.id),
+        batch::Op::Delete(t, id) => sh.cache.flush_id(t, *id),
+        batch::Op::Add(..) => {}
+    };
     let route = |t: &'static Table| sh.client.route(t);
+    // Inside an open transaction, writes applied ahead of a parse error
+    // could not be undone alone.
+    let parsed = if !in_tx && sh.local_engines && req.body.len() >= PIPELINE_BYTES {
+        let admit = |op: &batch::Op| {
+            flush(op);
+            check(sh, who, op.table(), need(op)).is_ok()
+        };
+        match batch::parse_and_run(sh.client.model(), default, &req.body, &route, &admit) {
+            batch::Run::Invalid(e) => return Err(err(e)),
+            batch::Run::Ran(parsed, r) => {
+                parsed.ops().for_each(flush);
+                return batch_outcome(sh, req, r);
+            }
+            batch::Run::Parsed(p) => p,
+        }
+    } else {
+        batch::parse(sh.client.model(), default, &req.body).map_err(err)?
+    };
+    // Every right is checked before anything is written.
+    for op in parsed.ops() {
+        check(sh, who, op.table(), need(op))?;
+    }
+    parsed.ops().for_each(flush);
     let r = batch::execute(&parsed, &route, in_tx);
-    flush();
+    parsed.ops().for_each(flush);
+    batch_outcome(sh, req, r)
+}
+
+/// The answer to a batch that ran.
+fn batch_outcome(sh: &Shared, req: &Request, r: burrow_core::Result<Vec<BatchResult>>) -> Outcome {
     match r {
         Ok(results) => {
             wrote(sh);

@@ -136,6 +136,8 @@ pub(crate) struct Shared {
     pub state: AtomicU64,
     pub limits: Limits,
     pub compact: bool,
+    /// Every engine is in-process (SQLite, memory).
+    pub local_engines: bool,
     inline: bool,
     gate: TxGate,
     date: DateCache,
@@ -261,6 +263,7 @@ impl ServerBuilder {
             state: AtomicU64::new(1),
             limits: self.limits,
             compact: self.compact,
+            local_engines,
             inline,
             gate: TxGate {
                 open: AtomicUsize::new(0),
