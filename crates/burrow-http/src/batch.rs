@@ -1,21 +1,28 @@
 //! Batch bodies: parsing every verb form mORMot clients send, and running the
 //! writes with the same transaction rules as [`burrow_core::Orm::send`].
 
+use std::any::Any;
 use std::borrow::Cow;
+use std::ops::Range;
+use std::sync::mpsc;
+use std::sync::Arc;
 
 use burrow_core::chrono::{DateTime, Utc};
 use burrow_core::{
-    apply_batch_items, json, AutoTime, BatchItem, BatchOp, BatchOptions, BatchResult, Column,
-    Error, FieldKind, Fields, Model, OwnedRow, Result, Storage, Table, Value, ValueRef,
+    apply_batch_items, json, AutoTime, BatchItem, BatchOp, BatchOptions, BatchResult, Client,
+    Column, Error, FieldKind, Fields, Model, OwnedRow, Result, Storage, Table, Value, ValueRef,
 };
 
 use crate::http::status_of;
 use crate::reader::Reader;
 
 /// One field's value as read from a body: text that needed no unescaping
-/// stays borrowed from the body, anything else is owned.
+/// stays in the body, anything else is owned.
 pub(crate) enum Cell<'a> {
     Text(&'a str),
+    /// Text at these bytes of the body: a part that another thread parsed
+    /// cannot borrow from it.
+    Span(Range<usize>),
     Owned(Value),
 }
 
@@ -68,6 +75,8 @@ pub(crate) struct Settings {
 pub(crate) struct Parsed<'a> {
     pub parts: Vec<Part<'a>>,
     pub settings: Settings,
+    /// The body.
+    text: &'a str,
 }
 
 impl Parsed<'_> {
@@ -81,6 +90,8 @@ impl Parsed<'_> {
 struct View<'p, 'a> {
     rec: &'p Rec,
     cells: &'p [Cell<'a>],
+    /// The body.
+    text: &'p str,
 }
 
 impl Fields for View<'_, '_> {
@@ -95,6 +106,7 @@ impl Fields for View<'_, '_> {
     fn field(&self, idx: usize) -> ValueRef<'_> {
         match self.cells.get(idx) {
             Some(Cell::Text(s)) => ValueRef::Text(Cow::Borrowed(s)),
+            Some(Cell::Span(r)) => ValueRef::Text(Cow::Borrowed(&self.text[r.clone()])),
             Some(Cell::Owned(v)) => v.as_ref(),
             None => ValueRef::Null,
         }
@@ -180,23 +192,32 @@ pub(crate) fn parse<'a>(
     default: Option<&'static Table>,
     body: &'a [u8],
 ) -> Result<Parsed<'a>> {
+    let text = text_of(body)?;
     let mut parts = Vec::new();
     let (last, settings) =
-        parse_in_parts(model, default, body, usize::MAX, &mut |p, _| parts.push(p))?;
+        parse_in_parts(model, default, text, usize::MAX, &mut |p, _| parts.push(p))?;
     parts.push(last);
-    Ok(Parsed { parts, settings })
+    Ok(Parsed {
+        parts,
+        settings,
+        text,
+    })
 }
 
-/// [`parse`], handing each `rows` writes to `sink` as soon as they are read,
-/// with the settings read so far. Returns the last part and the settings.
-pub(crate) fn parse_in_parts<'a>(
+fn text_of(body: &[u8]) -> Result<&str> {
+    std::str::from_utf8(body).map_err(|e| bad(format!("invalid batch: {e}")))
+}
+
+/// [`parse`] of a body's text, handing each `rows` writes to `sink` as soon
+/// as they are read, with the settings read so far. Returns the last part
+/// and the settings.
+fn parse_in_parts<'a>(
     model: &Model,
     default: Option<&'static Table>,
-    body: &'a [u8],
+    text: &'a str,
     rows: usize,
     sink: &mut dyn FnMut(Part<'a>, Settings),
 ) -> Result<(Part<'a>, Settings)> {
-    let text = std::str::from_utf8(body).map_err(|e| bad(format!("invalid batch: {e}")))?;
     let mut r = Reader::new(text);
     let mut out = Out {
         part: Part::default(),
@@ -549,8 +570,8 @@ fn bits_op<'a>(
     }
 }
 
-/// The batch items of `parts`, in order, handed to `f`.
-fn with_items<R>(parts: &[Part<'_>], f: impl FnOnce(&[BatchItem<'_>]) -> R) -> R {
+/// The batch items of `parts` of the body `text`, in order, handed to `f`.
+fn with_items<R>(parts: &[Part<'_>], text: &str, f: impl FnOnce(&[BatchItem<'_>]) -> R) -> R {
     let n = parts.iter().map(|p| p.ops.len()).sum();
     let mut views: Vec<View<'_, '_>> = Vec::with_capacity(n);
     for p in parts {
@@ -558,6 +579,7 @@ fn with_items<R>(parts: &[Part<'_>], f: impl FnOnce(&[BatchItem<'_>]) -> R) -> R
             Op::Add(_, rec) | Op::Update(rec, _) => Some(View {
                 rec,
                 cells: &p.cells[rec.start..rec.start + rec.table.fields.len()],
+                text,
             }),
             Op::Delete(..) => None,
         }));
@@ -591,7 +613,7 @@ pub(crate) fn execute<'e>(
     route: &dyn Fn(&'static Table) -> Result<&'e dyn Storage>,
     in_tx: bool,
 ) -> Result<Vec<BatchResult>> {
-    with_items(&p.parts, |items| {
+    with_items(&p.parts, p.text, |items| {
         // Consecutive items of one table share its engine.
         let mut engines: Vec<&dyn Storage> = Vec::with_capacity(items.len());
         let mut last: Option<(&'static Table, &dyn Storage)> = None;
@@ -655,6 +677,7 @@ impl<'e> Speculation<'e> {
     fn apply(
         &mut self,
         part: &Part<'_>,
+        text: &str,
         settings: Settings,
         route: &dyn Fn(&'static Table) -> Result<&'e dyn Storage>,
         admit: &dyn Fn(&Op) -> bool,
@@ -687,7 +710,7 @@ impl<'e> Speculation<'e> {
                 .all(|op| admit(op) && route(op.table()).is_ok_and(|e| same_engine(e, a.engine)));
         let stop = settings.rollback_on_error || settings.stop_on_error;
         if !fits
-            || with_items(std::slice::from_ref(part), |items| {
+            || with_items(std::slice::from_ref(part), text, |items| {
                 a.engine.apply_batch(items, &mut a.results, stop)
             })
             .is_err()
@@ -723,8 +746,44 @@ fn same_engine(a: &dyn Storage, b: &dyn Storage) -> bool {
     std::ptr::addr_eq(a as *const dyn Storage, b as *const dyn Storage)
 }
 
-/// Parses `body` on a second thread while this one applies the writes read
-/// so far, so that parsing and applying overlap.
+/// What the parsing thread hands over.
+enum Msg {
+    Part(Part<'static>, Settings),
+    /// The last part, or why the body is malformed.
+    End(Result<(Part<'static>, Settings)>),
+    Panicked(Box<dyn Any + Send>),
+}
+
+/// `part` without borrows from the body `text`, for another thread.
+fn detach(part: Part<'_>, text: &str) -> Part<'static> {
+    let base = text.as_ptr() as usize;
+    let cells = part
+        .cells
+        .into_iter()
+        .map(|c| match c {
+            Cell::Text(s) => {
+                let start = (s.as_ptr() as usize).wrapping_sub(base);
+                let span = start..start + s.len();
+                // Always true: parsed text is a slice of the body.
+                if text.get(span.clone()).is_some_and(|t| std::ptr::eq(t, s)) {
+                    Cell::Span(span)
+                } else {
+                    Cell::Owned(Value::Text(s.to_owned()))
+                }
+            }
+            Cell::Span(r) => Cell::Span(r),
+            Cell::Owned(v) => Cell::Owned(v),
+        })
+        .collect();
+    Part {
+        ops: part.ops,
+        cells,
+    }
+}
+
+/// Parses `body` on the `parser` thread while this one applies the writes
+/// read so far, so that parsing and applying overlap. `None`: the parser
+/// thread is gone, and the caller parses as usual.
 ///
 /// Only a batch that [`execute`] would run as one transaction on one engine
 /// (outside an open transaction: the caller's business) runs ahead, and its
@@ -735,45 +794,73 @@ fn same_engine(a: &dyn Storage, b: &dyn Storage) -> bool {
 /// This thread applies, so the transaction belongs to it, as with
 /// [`execute`].
 pub(crate) fn parse_and_run<'a, 'e>(
-    model: &Model,
+    parser: &crate::server::Worker,
+    client: &Arc<Client>,
     default: Option<&'static Table>,
-    body: &'a [u8],
+    body: &'a Arc<Vec<u8>>,
     route: &dyn Fn(&'static Table) -> Result<&'e dyn Storage>,
     admit: &dyn Fn(&Op) -> bool,
-) -> Run<'a> {
-    std::thread::scope(|s| {
-        let (tx, rx) = std::sync::mpsc::channel();
-        let parser = s.spawn(move || {
-            parse_in_parts(model, default, body, PART_ROWS, &mut |part, settings| {
-                let _ = tx.send((part, settings));
-            })
+) -> Option<Run<'a>> {
+    let (tx, rx) = mpsc::channel();
+    let (client2, body2) = (client.clone(), body.clone());
+    let job = move || {
+        let run = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+            let text = text_of(&body2)?;
+            let (last, settings) =
+                parse_in_parts(client2.model(), default, text, PART_ROWS, &mut |part, s| {
+                    let _ = tx.send(Msg::Part(detach(part, text), s));
+                })?;
+            Ok((detach(last, text), settings))
+        }));
+        let _ = tx.send(match run {
+            Ok(end) => Msg::End(end),
+            Err(panic) => Msg::Panicked(panic),
         });
-        let mut ahead = Speculation::NotYet;
-        let mut parts = Vec::new();
-        for (part, settings) in rx {
-            ahead.apply(&part, settings, route, admit);
-            parts.push(part);
-        }
-        let (last, settings) = match parser.join() {
-            Ok(Ok(parsed)) => parsed,
-            Ok(Err(e)) => {
-                ahead.undo();
-                return Run::Invalid(e);
+    };
+    if !parser.send(job) {
+        return None;
+    }
+    // Checked here too, while the first part is parsed; if this fails, so
+    // does the parse, before any part.
+    let text = std::str::from_utf8(body).unwrap_or_default();
+    let mut ahead = Speculation::NotYet;
+    let mut parts: Vec<Part<'a>> = Vec::new();
+    let end = loop {
+        match rx.recv() {
+            Ok(Msg::Part(part, settings)) => {
+                ahead.apply(&part, text, settings, route, admit);
+                parts.push(part);
             }
-            Err(panic) => {
+            Ok(Msg::End(end)) => break end,
+            Ok(Msg::Panicked(panic)) => {
                 ahead.undo();
                 std::panic::resume_unwind(panic)
             }
-        };
-        if let Speculation::On(_) = ahead {
-            ahead.apply(&last, settings, route, admit);
+            Err(_) => {
+                ahead.undo();
+                return None;
+            }
         }
-        parts.push(last);
-        let parsed = Parsed { parts, settings };
-        match ahead.finish(settings) {
-            Some(r) => Run::Ran(parsed, r),
-            None => Run::Parsed(parsed),
+    };
+    let (last, settings) = match end {
+        Ok(end) => end,
+        Err(e) => {
+            ahead.undo();
+            return Some(Run::Invalid(e));
         }
+    };
+    if let Speculation::On(_) = ahead {
+        ahead.apply(&last, text, settings, route, admit);
+    }
+    parts.push(last);
+    let parsed = Parsed {
+        parts,
+        settings,
+        text,
+    };
+    Some(match ahead.finish(settings) {
+        Some(r) => Run::Ran(parsed, r),
+        None => Run::Parsed(parsed),
     })
 }
 
@@ -872,13 +959,21 @@ mod test {
     }
 
     fn text(p: &Parsed<'_>, op: usize, field: usize) -> String {
-        let rec = match &p.parts[0].ops[op] {
+        let mut op = op;
+        let mut part = 0;
+        while op >= p.parts[part].ops.len() {
+            op -= p.parts[part].ops.len();
+            part += 1;
+        }
+        let part = &p.parts[part];
+        let rec = match &part.ops[op] {
             Op::Add(_, r) | Op::Update(r, _) => r,
             Op::Delete(..) => panic!("no row"),
         };
         let view = View {
             rec,
-            cells: &p.parts[0].cells[rec.start..rec.start + rec.table.fields.len()],
+            cells: &part.cells[rec.start..rec.start + rec.table.fields.len()],
+            text: p.text,
         };
         match view.field(field) {
             ValueRef::Text(t) => t.into_owned(),
@@ -910,6 +1005,49 @@ mod test {
         assert!(matches!(&p.parts[0].ops[4], Op::Add(Some(12), r) if r.id == 12));
         assert_eq!(text(&p, 4, 0), "");
         assert_eq!(text(&p, 4, 1), "only b");
+        Ok(())
+    }
+
+    #[test]
+    fn parts_read_apart_and_detached_hold_the_same_rows() -> Result<()> {
+        let mut m = Model::new();
+        m.add_table(&T);
+        let body = br#"["automaticTransactionPerRow",5,"SIMPLE@Sample",["a","esc\"aped",""],
+            "SIMPLE@Sample",["b","c","2024-01-02T03:04:05"],"POST@Sample",{"A":"d"},
+            "rollbackOnError",true,"DELETE@Sample",4,"PUT@Sample",{"ID":2,"B":"e"}]"#;
+        let whole = parse(&m, None, body)?;
+        let body_text = text_of(body)?;
+        let mut parts = Vec::new();
+        let mut seen = Vec::new();
+        let (last, settings) = parse_in_parts(&m, None, body_text, 2, &mut |p, s| {
+            seen.push(s);
+            parts.push(detach(p, body_text));
+        })?;
+        parts.push(detach(last, body_text));
+        // Every part but the last is full, and carries the settings read so far.
+        assert_eq!(
+            parts.iter().map(|p| p.ops.len()).collect::<Vec<_>>(),
+            [2, 2, 1]
+        );
+        assert_eq!(seen[0].auto_rows, 5);
+        assert!(!seen[0].rollback_on_error && seen[1].rollback_on_error);
+        assert_eq!(settings, whole.settings);
+        assert!(matches!(parts[0].cells[0], Cell::Span(_)));
+        let apart = Parsed {
+            parts,
+            settings,
+            text: body_text,
+        };
+        assert_eq!(apart.ops().count(), whole.ops().count());
+        for (op, w) in whole.ops().enumerate() {
+            if let Op::Delete(..) = w {
+                continue;
+            }
+            // Automatic times are stamped at each parse: left out.
+            for field in (0..T.fields.len()).filter(|&f| T.fields[f].auto == AutoTime::No) {
+                assert_eq!(text(&apart, op, field), text(&whole, op, field));
+            }
+        }
         Ok(())
     }
 }

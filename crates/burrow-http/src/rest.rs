@@ -482,21 +482,24 @@ fn run_batch(
     let route = |t: &'static Table| sh.client.route(t);
     // Inside an open transaction, writes applied ahead of a parse error
     // could not be undone alone.
-    let parsed = if !in_tx && sh.local_engines && req.body.len() >= PIPELINE_BYTES {
-        let admit = |op: &batch::Op| {
-            flush(op);
-            check(sh, who, op.table(), need(op)).is_ok()
-        };
-        match batch::parse_and_run(sh.client.model(), default, &req.body, &route, &admit) {
-            batch::Run::Invalid(e) => return Err(err(e)),
-            batch::Run::Ran(parsed, r) => {
-                parsed.ops().for_each(flush);
-                return batch_outcome(sh, req, r);
-            }
-            batch::Run::Parsed(p) => p,
+    let admit = |op: &batch::Op| {
+        flush(op);
+        check(sh, who, op.table(), need(op)).is_ok()
+    };
+    let ahead = match &sh.parser {
+        Some(parser) if !in_tx && sh.local_engines && req.body.len() >= PIPELINE_BYTES => {
+            batch::parse_and_run(parser, &sh.client, default, &req.body, &route, &admit)
         }
-    } else {
-        batch::parse(sh.client.model(), default, &req.body).map_err(err)?
+        _ => None,
+    };
+    let parsed = match ahead {
+        Some(batch::Run::Invalid(e)) => return Err(err(e)),
+        Some(batch::Run::Ran(parsed, r)) => {
+            parsed.ops().for_each(flush);
+            return batch_outcome(sh, req, r);
+        }
+        Some(batch::Run::Parsed(p)) => p,
+        None => batch::parse(sh.client.model(), default, &req.body).map_err(err)?,
     };
     // Every right is checked before anything is written.
     for op in parsed.ops() {
