@@ -194,8 +194,9 @@ pub(crate) fn parse<'a>(
 ) -> Result<Parsed<'a>> {
     let text = text_of(body)?;
     let mut parts = Vec::new();
-    let (last, settings) =
-        parse_in_parts(model, default, text, usize::MAX, &mut |p, _| parts.push(p))?;
+    let (last, settings) = parse_in_parts(model, default, text, (usize::MAX, 0), &mut |p, _| {
+        parts.push(p)
+    })?;
     parts.push(last);
     Ok(Parsed {
         parts,
@@ -208,21 +209,22 @@ fn text_of(body: &[u8]) -> Result<&str> {
     std::str::from_utf8(body).map_err(|e| bad(format!("invalid batch: {e}")))
 }
 
-/// [`parse`] of a body's text, handing each `rows` writes to `sink` as soon
-/// as they are read, with the settings read so far. Returns the last part
-/// and the settings.
+/// [`parse`] of a body's text, handing writes to `sink` as soon as they
+/// are read (the first `rows.0`, then every `rows.1`), with the settings read
+/// so far. Returns the last part and the settings.
 fn parse_in_parts<'a>(
     model: &Model,
     default: Option<&'static Table>,
     text: &'a str,
-    rows: usize,
+    rows: (usize, usize),
     sink: &mut dyn FnMut(Part<'a>, Settings),
 ) -> Result<(Part<'a>, Settings)> {
     let mut r = Reader::new(text);
     let mut out = Out {
         part: Part::default(),
         settings: Settings::default(),
-        rows,
+        limit: rows.0,
+        rows: rows.1,
         sink,
     };
     read_body(model, default, &mut r, &mut out).map_err(|e| match e {
@@ -232,10 +234,12 @@ fn parse_in_parts<'a>(
     Ok((out.part, out.settings))
 }
 
-/// Where parsed writes go: into `part`, handed on every `rows` writes.
+/// Where parsed writes go: into `part`, handed on at `limit` writes, then
+/// every `rows`.
 struct Out<'a, 's> {
     part: Part<'a>,
     settings: Settings,
+    limit: usize,
     rows: usize,
     sink: &'s mut dyn FnMut(Part<'a>, Settings),
 }
@@ -243,11 +247,13 @@ struct Out<'a, 's> {
 impl<'a> Out<'a, '_> {
     fn push(&mut self, op: Op) {
         self.part.ops.push(op);
-        if self.part.ops.len() >= self.rows {
+        if self.part.ops.len() >= self.limit {
             // The next part likely holds rows like this one's.
+            let cells_per_row = self.part.cells.len() / self.part.ops.len();
+            self.limit = self.rows;
             let next = Part {
                 ops: Vec::with_capacity(self.rows),
-                cells: Vec::with_capacity(self.part.cells.len()),
+                cells: Vec::with_capacity(self.rows * cells_per_row),
             };
             let full = std::mem::replace(&mut self.part, next);
             (self.sink)(full, self.settings);
@@ -363,7 +369,7 @@ fn items<'a>(
                 let p = &mut out.part;
                 if p.ops.capacity() == 0 {
                     // Sized from the body: each row takes some tens of bytes.
-                    let rows = (r.remaining() / (16 + 8 * table.fields.len()) + 1).min(out.rows);
+                    let rows = (r.remaining() / (16 + 8 * table.fields.len()) + 1).min(out.limit);
                     p.ops.reserve(rows);
                     p.cells.reserve(rows * table.fields.len());
                 }
@@ -633,18 +639,19 @@ pub(crate) fn execute<'e>(
     })
 }
 
-/// Writes handed from the parsing thread to the applying one at a time: few
-/// enough that applying starts soon, enough to make the hand-offs cheap. A
-/// multiple of the rows the SQLite engine inserts per statement (200), so
-/// that part boundaries split none of its statements.
-const PART_ROWS: usize = 1000;
+/// Writes handed from the parsing thread to the applying one at a time: the
+/// first part small, so that applying starts soon, the next ones larger, to
+/// make the hand-offs cheap. Multiples of the rows the SQLite engine inserts
+/// per statement (200), so that part boundaries split none of its statements.
+const PART_ROWS: (usize, usize) = (200, 1000);
 
 /// What [`parse_and_run`] did.
 pub(crate) enum Run<'a> {
     /// The body is malformed; nothing was written.
     Invalid(Error),
-    /// The writes ran, as [`execute`] runs them.
-    Ran(Parsed<'a>, Result<Vec<BatchResult>>),
+    /// The writes ran, as [`execute`] runs them; their parts are given
+    /// back, which borrow nothing.
+    Ran(Vec<Part<'static>>, Result<Vec<BatchResult>>),
     /// Nothing was written: the caller runs the body as usual.
     Parsed(Parsed<'a>),
 }
@@ -824,7 +831,7 @@ pub(crate) fn parse_and_run<'a, 'e>(
     // does the parse, before any part.
     let text = std::str::from_utf8(body).unwrap_or_default();
     let mut ahead = Speculation::NotYet;
-    let mut parts: Vec<Part<'a>> = Vec::new();
+    let mut parts: Vec<Part<'static>> = Vec::new();
     let end = loop {
         match rx.recv() {
             Ok(Msg::Part(part, settings)) => {
@@ -853,14 +860,13 @@ pub(crate) fn parse_and_run<'a, 'e>(
         ahead.apply(&last, text, settings, route, admit);
     }
     parts.push(last);
-    let parsed = Parsed {
-        parts,
-        settings,
-        text,
-    };
     Some(match ahead.finish(settings) {
-        Some(r) => Run::Ran(parsed, r),
-        None => Run::Parsed(parsed),
+        Some(r) => Run::Ran(parts, r),
+        None => Run::Parsed(Parsed {
+            parts,
+            settings,
+            text,
+        }),
     })
 }
 
@@ -1019,18 +1025,19 @@ mod test {
         let body_text = text_of(body)?;
         let mut parts = Vec::new();
         let mut seen = Vec::new();
-        let (last, settings) = parse_in_parts(&m, None, body_text, 2, &mut |p, s| {
+        let (last, settings) = parse_in_parts(&m, None, body_text, (1, 2), &mut |p, s| {
             seen.push(s);
             parts.push(detach(p, body_text));
         })?;
         parts.push(detach(last, body_text));
-        // Every part but the last is full, and carries the settings read so far.
+        // Every part but the last is full (the first one smaller), and
+        // carries the settings read so far.
         assert_eq!(
             parts.iter().map(|p| p.ops.len()).collect::<Vec<_>>(),
-            [2, 2, 1]
+            [1, 2, 2, 0]
         );
         assert_eq!(seen[0].auto_rows, 5);
-        assert!(!seen[0].rollback_on_error && seen[1].rollback_on_error);
+        assert!(!seen[1].rollback_on_error && seen[2].rollback_on_error);
         assert_eq!(settings, whole.settings);
         assert!(matches!(parts[0].cells[0], Cell::Span(_)));
         let apart = Parsed {

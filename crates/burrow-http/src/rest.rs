@@ -480,12 +480,12 @@ fn run_batch(
         batch::Op::Add(..) => {}
     };
     let route = |t: &'static Table| sh.client.route(t);
-    // Inside an open transaction, writes applied ahead of a parse error
-    // could not be undone alone.
     let admit = |op: &batch::Op| {
         flush(op);
         check(sh, who, op.table(), need(op)).is_ok()
     };
+    // Inside an open transaction, writes applied ahead of a parse error
+    // could not be undone alone.
     let ahead = match &sh.parser {
         Some(parser) if !in_tx && sh.local_engines && req.body.len() >= PIPELINE_BYTES => {
             batch::parse_and_run(parser, &sh.client, default, &req.body, &route, &admit)
@@ -494,9 +494,16 @@ fn run_batch(
     };
     let parsed = match ahead {
         Some(batch::Run::Invalid(e)) => return Err(err(e)),
-        Some(batch::Run::Ran(parsed, r)) => {
-            parsed.ops().for_each(flush);
-            return batch_outcome(sh, req, r);
+        Some(batch::Run::Ran(parts, r)) => {
+            parts.iter().flat_map(|p| &p.ops).for_each(flush);
+            let outcome = batch_outcome(sh, req, &r);
+            // Freeing a large batch unmaps memory: the parser's thread does
+            // it, off the answer's way.
+            if let Some(parser) = &sh.parser {
+                let body = req.body.clone();
+                parser.send(move || drop((parts, r, body)));
+            }
+            return outcome;
         }
         Some(batch::Run::Parsed(p)) => p,
         None => batch::parse(sh.client.model(), default, &req.body).map_err(err)?,
@@ -508,25 +515,25 @@ fn run_batch(
     parsed.ops().for_each(flush);
     let r = batch::execute(&parsed, &route, in_tx);
     parsed.ops().for_each(flush);
-    batch_outcome(sh, req, r)
+    batch_outcome(sh, req, &r)
 }
 
 /// The answer to a batch that ran.
-fn batch_outcome(sh: &Shared, req: &Request, r: burrow_core::Result<Vec<BatchResult>>) -> Outcome {
+fn batch_outcome(sh: &Shared, req: &Request, r: &burrow_core::Result<Vec<BatchResult>>) -> Outcome {
     match r {
         Ok(results) => {
             wrote(sh);
-            Ok(Response::json(batch::results_json(&results, req.exact)))
+            Ok(Response::json(batch::results_json(results, req.exact)))
         }
         Err(Error::Batch { index, source }) => {
             wrote(sh);
-            let mut resp = Response::from_error(&source);
+            let mut resp = Response::from_error(source);
             resp.body.pop();
             resp.body
                 .extend_from_slice(format!(",\"index\":{index}}}").as_bytes());
             Err(resp)
         }
-        Err(e) => Err(err(e)),
+        Err(e) => Err(Response::from_error(e)),
     }
 }
 
