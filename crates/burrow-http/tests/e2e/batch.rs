@@ -85,6 +85,45 @@ fn large_batches_from_the_client() -> TestResult {
 }
 
 #[test]
+fn large_mixed_batches_in_a_transaction() -> TestResult {
+    let (server, hosted, _) = open_server();
+    let db = remote(&server);
+    let mut b = Batch::new();
+    b.add_all((0..ROWS).map(sample));
+    db.send(&mut b)?;
+    // Every verb form, in a body of many pieces, inside a remote transaction
+    // (the client then sends the batch without settings of its own).
+    let tx = db.transaction()?;
+    let mut b = Batch::new();
+    for i in 0..ROWS {
+        match i % 4 {
+            0 => b.add(sample(ROWS + i)),
+            1 => b.add_with_id(sample(ROWS + i), (10 * ROWS + i) as i64),
+            2 => {
+                let mut s = sample(i);
+                s.id = i as i64 + 1;
+                s.first_name = format!("Changed{i}");
+                b.update_fields(s, &["FirstName"])?;
+            }
+            _ => b.delete::<Sample>(i as i64 + 1),
+        }
+    }
+    let r = tx.send(&mut b)?;
+    tx.commit()?;
+    assert_eq!(r.len(), ROWS);
+    assert_eq!(r[1].id(), Some(10 * ROWS as i64 + 1));
+    assert!(matches!(r[2], BatchResult::Done) && matches!(r[3], BatchResult::Done));
+    assert_eq!(count(&db), ROWS as u64 + ROWS as u64 / 2 - ROWS as u64 / 4);
+    assert_eq!(hosted.retrieve::<Sample>(3)?.first_name, "Changed2");
+    assert_eq!(hosted.get::<Sample>(4)?, None);
+    assert_eq!(
+        hosted.retrieve::<Sample>(10 * ROWS as i64 + 1)?.email,
+        sample(ROWS + 1).email
+    );
+    Ok(())
+}
+
+#[test]
 fn a_large_malformed_body_changes_nothing() -> TestResult {
     let (server, _, _) = open_server();
     let addr = server.local_addr();
