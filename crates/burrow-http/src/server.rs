@@ -15,6 +15,11 @@
 //!   A connection that closes (or times out) with a transaction open rolls it
 //!   back.
 //!
+//! A large batch body (outside a remote transaction, with in-process engines)
+//! is also parsed on the server's **parser thread**, started with the server,
+//! while the request's thread applies the rows already parsed, inside a
+//! transaction committed only once the whole body has parsed.
+//!
 //! # Connections
 //!
 //! HTTP/1.1 keep-alive; pipelined requests are answered in order, and their
