@@ -50,6 +50,15 @@ impl Op {
             Op::Delete(t, _) => t,
         }
     }
+
+    /// The existing row it changes: an update's or a delete's.
+    pub fn changes(&self) -> Option<(&'static Table, i64)> {
+        match self {
+            Op::Add(..) => None,
+            Op::Update(r, _) => Some((r.table, r.id)),
+            Op::Delete(t, id) => Some((t, *id)),
+        }
+    }
 }
 
 /// Writes of a body, in order, and the values of their rows.
@@ -195,7 +204,8 @@ pub(crate) fn parse<'a>(
     let text = text_of(body)?;
     let mut parts = Vec::new();
     let (last, settings) = parse_in_parts(model, default, text, (usize::MAX, 0), &mut |p, _| {
-        parts.push(p)
+        parts.push(p);
+        Part::default()
     })?;
     parts.push(last);
     Ok(Parsed {
@@ -217,7 +227,7 @@ fn parse_in_parts<'a>(
     default: Option<&'static Table>,
     text: &'a str,
     rows: (usize, usize),
-    sink: &mut dyn FnMut(Part<'a>, Settings),
+    sink: &mut dyn FnMut(Part<'a>, Settings) -> Part<'a>,
 ) -> Result<(Part<'a>, Settings)> {
     let mut r = Reader::new(text);
     let mut out = Out {
@@ -241,22 +251,20 @@ struct Out<'a, 's> {
     settings: Settings,
     limit: usize,
     rows: usize,
-    sink: &'s mut dyn FnMut(Part<'a>, Settings),
+    sink: &'s mut dyn FnMut(Part<'a>, Settings) -> Part<'a>,
 }
 
 impl<'a> Out<'a, '_> {
     fn push(&mut self, op: Op) {
         self.part.ops.push(op);
         if self.part.ops.len() >= self.limit {
-            // The next part likely holds rows like this one's.
             let cells_per_row = self.part.cells.len() / self.part.ops.len();
             self.limit = self.rows;
-            let next = Part {
-                ops: Vec::with_capacity(self.rows),
-                cells: Vec::with_capacity(self.rows * cells_per_row),
-            };
-            let full = std::mem::replace(&mut self.part, next);
-            (self.sink)(full, self.settings);
+            let full = std::mem::take(&mut self.part);
+            self.part = (self.sink)(full, self.settings);
+            // The next part likely holds rows like this one's.
+            self.part.ops.reserve(self.rows);
+            self.part.cells.reserve(self.rows * cells_per_row);
         }
     }
 }
@@ -649,11 +657,14 @@ const PART_ROWS: (usize, usize) = (200, 1000);
 pub(crate) enum Run<'a> {
     /// The body is malformed; nothing was written.
     Invalid(Error),
-    /// The writes ran, as [`execute`] runs them; their parts are given
-    /// back, which borrow nothing.
-    Ran(Vec<Part<'static>>, Result<Vec<BatchResult>>),
+    /// The writes ran, as [`execute`] runs them; the rows they changed
+    /// (see [`Op::changes`]) are given back.
+    Ran(Vec<(&'static Table, i64)>, Result<Vec<BatchResult>>),
     /// Nothing was written: the caller runs the body as usual.
     Parsed(Parsed<'a>),
+    /// Nothing was written, and the parts are gone: the caller parses the
+    /// body again and runs it as usual.
+    Again,
 }
 
 /// Whether `execute` runs `rows` writes under these settings as one
@@ -809,6 +820,9 @@ pub(crate) fn parse_and_run<'a, 'e>(
     admit: &dyn Fn(&Op) -> bool,
 ) -> Option<Run<'a>> {
     let (tx, rx) = mpsc::channel();
+    // Parts applied come back to be filled again: their memory is already
+    // touched, where a new part's faults in page by page.
+    let (back, applied) = mpsc::channel::<Part<'static>>();
     let (client2, body2) = (client.clone(), body.clone());
     let job = move || {
         let run = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
@@ -816,6 +830,10 @@ pub(crate) fn parse_and_run<'a, 'e>(
             let (last, settings) =
                 parse_in_parts(client2.model(), default, text, PART_ROWS, &mut |part, s| {
                     let _ = tx.send(Msg::Part(detach(part, text), s));
+                    let mut next = applied.try_recv().unwrap_or_default();
+                    next.ops.clear();
+                    next.cells.clear();
+                    next
                 })?;
             Ok((detach(last, text), settings))
         }));
@@ -832,11 +850,25 @@ pub(crate) fn parse_and_run<'a, 'e>(
     let text = std::str::from_utf8(body).unwrap_or_default();
     let mut ahead = Speculation::NotYet;
     let mut parts: Vec<Part<'static>> = Vec::new();
+    let mut changed = Vec::new();
+    // Parts applied ahead were given back: should the batch run as usual
+    // after all, the body is parsed again.
+    let mut given_back = false;
+    // Parts given back once the parser is done: freed on its thread.
+    let mut spent = Vec::new();
     let end = loop {
         match rx.recv() {
             Ok(Msg::Part(part, settings)) => {
                 ahead.apply(&part, text, settings, route, admit);
-                parts.push(part);
+                if let Speculation::On(_) = ahead {
+                    changed.extend(part.ops.iter().filter_map(Op::changes));
+                    given_back = true;
+                    if let Err(mpsc::SendError(part)) = back.send(part) {
+                        spent.push(part);
+                    }
+                } else {
+                    parts.push(part);
+                }
             }
             Ok(Msg::End(end)) => break end,
             Ok(Msg::Panicked(panic)) => {
@@ -858,10 +890,13 @@ pub(crate) fn parse_and_run<'a, 'e>(
     };
     if let Speculation::On(_) = ahead {
         ahead.apply(&last, text, settings, route, admit);
+        changed.extend(last.ops.iter().filter_map(Op::changes));
     }
     parts.push(last);
+    parser.send(move || drop(spent));
     Some(match ahead.finish(settings) {
-        Some(r) => Run::Ran(parts, r),
+        Some(r) => Run::Ran(changed, r),
+        None if given_back => Run::Again,
         None => Run::Parsed(Parsed {
             parts,
             settings,
@@ -1028,6 +1063,7 @@ mod test {
         let (last, settings) = parse_in_parts(&m, None, body_text, (1, 2), &mut |p, s| {
             seen.push(s);
             parts.push(detach(p, body_text));
+            Part::default()
         })?;
         parts.push(detach(last, body_text));
         // Every part but the last is full (the first one smaller), and

@@ -474,10 +474,10 @@ fn run_batch(
             batch::Op::Delete(..) => |r| r.delete,
         }
     };
-    let flush = |op: &batch::Op| match op {
-        batch::Op::Update(row, _) => sh.cache.flush_id(row.table, row.id),
-        batch::Op::Delete(t, id) => sh.cache.flush_id(t, *id),
-        batch::Op::Add(..) => {}
+    let flush = |op: &batch::Op| {
+        if let Some((t, id)) = op.changes() {
+            sh.cache.flush_id(t, id);
+        }
     };
     let route = |t: &'static Table| sh.client.route(t);
     let admit = |op: &batch::Op| {
@@ -494,19 +494,23 @@ fn run_batch(
     };
     let parsed = match ahead {
         Some(batch::Run::Invalid(e)) => return Err(err(e)),
-        Some(batch::Run::Ran(parts, r)) => {
-            parts.iter().flat_map(|p| &p.ops).for_each(flush);
+        Some(batch::Run::Ran(changed, r)) => {
+            for (t, id) in changed {
+                sh.cache.flush_id(t, id);
+            }
             let outcome = batch_outcome(sh, req, &r);
             // Freeing a large batch unmaps memory: the parser's thread does
             // it, off the answer's way.
             if let Some(parser) = &sh.parser {
                 let body = req.body.clone();
-                parser.send(move || drop((parts, r, body)));
+                parser.send(move || drop((r, body)));
             }
             return outcome;
         }
         Some(batch::Run::Parsed(p)) => p,
-        None => batch::parse(sh.client.model(), default, &req.body).map_err(err)?,
+        Some(batch::Run::Again) | None => {
+            batch::parse(sh.client.model(), default, &req.body).map_err(err)?
+        }
     };
     // Every right is checked before anything is written.
     for op in parsed.ops() {
