@@ -706,11 +706,17 @@ impl<'e> Speculation<'e> {
             };
             *self = match route(first.table()) {
                 Ok(engine) if one_transaction(settings, 0) && engine.begin().is_ok() => {
+                    // One result per write: no write takes fewer than 8
+                    // bytes, and the batch has at most `auto_rows`.
+                    let mut rows = text.len() / 8;
+                    if settings.auto_rows > 0 {
+                        rows = rows.min(settings.auto_rows);
+                    }
                     Speculation::On(Ahead {
                         engine,
                         settings,
                         rows: 0,
-                        results: Vec::new(),
+                        results: Vec::with_capacity(rows),
                     })
                 }
                 _ => Speculation::Off,
