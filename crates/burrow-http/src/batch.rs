@@ -1,21 +1,28 @@
 //! Batch bodies: parsing every verb form mORMot clients send, and running the
 //! writes with the same transaction rules as [`burrow_core::Orm::send`].
 
+use std::any::Any;
 use std::borrow::Cow;
+use std::ops::Range;
+use std::sync::mpsc;
+use std::sync::Arc;
 
 use burrow_core::chrono::{DateTime, Utc};
 use burrow_core::{
-    apply_batch_items, json, AutoTime, BatchItem, BatchOp, BatchOptions, BatchResult, Column,
-    Error, FieldKind, Fields, Model, OwnedRow, Result, Storage, Table, Value, ValueRef,
+    apply_batch_items, json, AutoTime, BatchItem, BatchOp, BatchOptions, BatchResult, Client,
+    Column, Error, FieldKind, Fields, Model, OwnedRow, Result, Storage, Table, Value, ValueRef,
 };
 
 use crate::http::status_of;
 use crate::reader::Reader;
 
 /// One field's value as read from a body: text that needed no unescaping
-/// stays borrowed from the body, anything else is owned.
+/// stays in the body, anything else is owned.
 pub(crate) enum Cell<'a> {
     Text(&'a str),
+    /// Text at these bytes of the body: a part that another thread parsed
+    /// cannot borrow from it.
+    Span(Range<usize>),
     Owned(Value),
 }
 
@@ -43,13 +50,28 @@ impl Op {
             Op::Delete(t, _) => t,
         }
     }
+
+    /// The existing row it changes: an update's or a delete's.
+    pub fn changes(&self) -> Option<(&'static Table, i64)> {
+        match self {
+            Op::Add(..) => None,
+            Op::Update(r, _) => Some((r.table, r.id)),
+            Op::Delete(t, id) => Some((t, *id)),
+        }
+    }
 }
 
-/// A parsed batch body.
-pub(crate) struct Parsed<'a> {
+/// Writes of a body, in order, and the values of their rows.
+#[derive(Default)]
+pub(crate) struct Part<'a> {
     pub ops: Vec<Op>,
     /// The values of every row, row after row.
     cells: Vec<Cell<'a>>,
+}
+
+/// How a body asks its writes to be committed.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub(crate) struct Settings {
     /// `"automaticTransactionPerRow",N`: commit every N writes (0: none).
     pub auto_rows: usize,
     /// `"rollbackOnError",true` (Burrow): one transaction, undone on the first failure.
@@ -58,10 +80,27 @@ pub(crate) struct Parsed<'a> {
     pub stop_on_error: bool,
 }
 
+/// A parsed batch body: its writes, in one part or several.
+pub(crate) struct Parsed<'a> {
+    pub parts: Vec<Part<'a>>,
+    pub settings: Settings,
+    /// The body.
+    text: &'a str,
+}
+
+impl Parsed<'_> {
+    /// Every write, in order.
+    pub fn ops(&self) -> impl Iterator<Item = &Op> {
+        self.parts.iter().flat_map(|p| &p.ops)
+    }
+}
+
 /// A row of a parsed body, as an engine reads it.
 struct View<'p, 'a> {
     rec: &'p Rec,
     cells: &'p [Cell<'a>],
+    /// The body.
+    text: &'p str,
 }
 
 impl Fields for View<'_, '_> {
@@ -76,6 +115,7 @@ impl Fields for View<'_, '_> {
     fn field(&self, idx: usize) -> ValueRef<'_> {
         match self.cells.get(idx) {
             Some(Cell::Text(s)) => ValueRef::Text(Cow::Borrowed(s)),
+            Some(Cell::Span(r)) => ValueRef::Text(Cow::Borrowed(&self.text[r.clone()])),
             Some(Cell::Owned(v)) => v.as_ref(),
             None => ValueRef::Null,
         }
@@ -161,21 +201,82 @@ pub(crate) fn parse<'a>(
     default: Option<&'static Table>,
     body: &'a [u8],
 ) -> Result<Parsed<'a>> {
-    let text = std::str::from_utf8(body).map_err(|e| bad(format!("invalid batch: {e}")))?;
+    let text = text_of(body)?;
+    let mut parts = Vec::new();
+    let (last, settings) = parse_in_parts(model, default, text, (usize::MAX, 0), &mut |p, _| {
+        parts.push(p);
+        Part::default()
+    })?;
+    parts.push(last);
+    Ok(Parsed {
+        parts,
+        settings,
+        text,
+    })
+}
+
+fn text_of(body: &[u8]) -> Result<&str> {
+    std::str::from_utf8(body).map_err(|e| bad(format!("invalid batch: {e}")))
+}
+
+/// [`parse`] of a body's text, handing writes to `sink` as soon as they
+/// are read (the first `rows.0`, then every `rows.1`), with the settings read
+/// so far. Returns the last part and the settings.
+fn parse_in_parts<'a>(
+    model: &Model,
+    default: Option<&'static Table>,
+    text: &'a str,
+    rows: (usize, usize),
+    sink: &mut dyn FnMut(Part<'a>, Settings) -> Part<'a>,
+) -> Result<(Part<'a>, Settings)> {
     let mut r = Reader::new(text);
-    read_body(model, default, &mut r).map_err(|e| match e {
+    let mut out = Out {
+        part: Part::default(),
+        settings: Settings::default(),
+        limit: rows.0,
+        rows: rows.1,
+        sink,
+    };
+    read_body(model, default, &mut r, &mut out).map_err(|e| match e {
         Error::BadInput(m) => bad(format!("invalid batch: {m}")),
         other => bad(format!("invalid batch: {other}")),
-    })
+    })?;
+    Ok((out.part, out.settings))
+}
+
+/// Where parsed writes go: into `part`, handed on at `limit` writes, then
+/// every `rows`.
+struct Out<'a, 's> {
+    part: Part<'a>,
+    settings: Settings,
+    limit: usize,
+    rows: usize,
+    sink: &'s mut dyn FnMut(Part<'a>, Settings) -> Part<'a>,
+}
+
+impl<'a> Out<'a, '_> {
+    fn push(&mut self, op: Op) {
+        self.part.ops.push(op);
+        if self.part.ops.len() >= self.limit {
+            let cells_per_row = self.part.cells.len() / self.part.ops.len();
+            self.limit = self.rows;
+            let full = std::mem::take(&mut self.part);
+            self.part = (self.sink)(full, self.settings);
+            // The next part likely holds rows like this one's.
+            self.part.ops.reserve(self.rows);
+            self.part.cells.reserve(self.rows * cells_per_row);
+        }
+    }
 }
 
 fn read_body<'a>(
     model: &Model,
     default: Option<&'static Table>,
     r: &mut Reader<'a>,
-) -> Result<Parsed<'a>> {
-    let parsed = match r.peek() {
-        Some(b'[') => items(model, default, r)?,
+    out: &mut Out<'a, '_>,
+) -> Result<()> {
+    match r.peek() {
+        Some(b'[') => items(model, default, r, out)?,
         Some(b'{') => {
             r.expect(b'{')?;
             let name = match r.peek() {
@@ -191,16 +292,14 @@ fn read_body<'a>(
                 .table(&name)
                 .ok_or_else(|| Error::UnknownTable(name.into_owned()))?;
             r.expect(b':')?;
-            let p = items(model, Some(t), r)?;
+            items(model, Some(t), r, out)?;
             if r.more(b'}')? {
                 return Err(bad("a batch object holds one array"));
             }
-            p
         }
         _ => return r.fail("expected an array, or an object holding one array"),
-    };
-    r.end()?;
-    Ok(parsed)
+    }
+    r.end()
 }
 
 /// The table a verb names: `VERB@Table`, or the batch's own.
@@ -238,14 +337,8 @@ fn items<'a>(
     model: &Model,
     default: Option<&'static Table>,
     r: &mut Reader<'a>,
-) -> Result<Parsed<'a>> {
-    let mut p = Parsed {
-        ops: Vec::new(),
-        cells: Vec::new(),
-        auto_rows: 0,
-        rollback_on_error: false,
-        stop_on_error: false,
-    };
+    out: &mut Out<'a, '_>,
+) -> Result<()> {
     let mut tables = Tables {
         model,
         default,
@@ -262,7 +355,8 @@ fn items<'a>(
                 if !r.more(b']')? {
                     return Err(bad(format!("{word} without a value")));
                 }
-                p.ops.push(Op::Add(None, simple(r, table, &mut p.cells)?));
+                let rec = simple(r, table, &mut out.part.cells)?;
+                out.push(Op::Add(None, rec));
                 more = r.more(b']')?;
                 continue;
             }
@@ -272,17 +366,18 @@ fn items<'a>(
             return Err(bad(format!("{word} without a value")));
         }
         match &*word {
-            "automaticTransactionPerRow" => p.auto_rows = r.unsigned()? as usize,
+            "automaticTransactionPerRow" => out.settings.auto_rows = r.unsigned()? as usize,
             "options" => {
                 r.raw()?;
             }
-            "rollbackOnError" => p.rollback_on_error = r.boolean()?,
-            "stopOnError" => p.stop_on_error = r.boolean()?,
+            "rollbackOnError" => out.settings.rollback_on_error = r.boolean()?,
+            "stopOnError" => out.settings.stop_on_error = r.boolean()?,
             _ => {
                 let (verb, table) = tables.get(&word)?;
+                let p = &mut out.part;
                 if p.ops.capacity() == 0 {
                     // Sized from the body: each row takes some tens of bytes.
-                    let rows = r.remaining() / (16 + 8 * table.fields.len()) + 1;
+                    let rows = (r.remaining() / (16 + 8 * table.fields.len()) + 1).min(out.limit);
                     p.ops.reserve(rows);
                     p.cells.reserve(rows * table.fields.len());
                 }
@@ -315,12 +410,12 @@ fn items<'a>(
                     ),
                     v => bits_op(r, table, v, &mut p.cells, now)?,
                 };
-                p.ops.push(op);
+                out.push(op);
             }
         }
         more = r.more(b']')?;
     }
-    Ok(p)
+    Ok(())
 }
 
 /// The value of field `idx`, text borrowed from the body when it can be.
@@ -489,29 +584,23 @@ fn bits_op<'a>(
     }
 }
 
-/// Runs the writes. `route` gives each table's engine. Without an open
-/// transaction, chunks of `auto_rows` (or the whole batch, with
-/// `rollback_on_error`) each run in a transaction on every engine involved.
-pub(crate) fn execute<'e>(
-    p: &Parsed<'_>,
-    route: &dyn Fn(&'static Table) -> Result<&'e dyn Storage>,
-    in_tx: bool,
-) -> Result<Vec<BatchResult>> {
-    let n = |rec: &Rec| rec.table.fields.len();
-    let views: Vec<View<'_, '_>> = p
-        .ops
-        .iter()
-        .filter_map(|op| match op {
+/// The batch items of `parts` of the body `text`, in order, handed to `f`.
+fn with_items<R>(parts: &[Part<'_>], text: &str, f: impl FnOnce(&[BatchItem<'_>]) -> R) -> R {
+    let n = parts.iter().map(|p| p.ops.len()).sum();
+    let mut views: Vec<View<'_, '_>> = Vec::with_capacity(n);
+    for p in parts {
+        views.extend(p.ops.iter().filter_map(|op| match op {
             Op::Add(_, rec) | Op::Update(rec, _) => Some(View {
                 rec,
-                cells: &p.cells[rec.start..rec.start + n(rec)],
+                cells: &p.cells[rec.start..rec.start + rec.table.fields.len()],
+                text,
             }),
             Op::Delete(..) => None,
-        })
-        .collect();
+        }));
+    }
     let mut rows = views.iter();
-    let mut items: Vec<BatchItem<'_>> = Vec::with_capacity(p.ops.len());
-    for op in &p.ops {
+    let mut items: Vec<BatchItem<'_>> = Vec::with_capacity(n);
+    for op in parts.iter().flat_map(|p| &p.ops) {
         items.push(BatchItem {
             table: op.table(),
             op: match op {
@@ -527,22 +616,299 @@ pub(crate) fn execute<'e>(
             },
         });
     }
-    // Consecutive items of one table share its engine.
-    let mut engines: Vec<&dyn Storage> = Vec::with_capacity(items.len());
-    let mut last: Option<(&'static Table, &dyn Storage)> = None;
-    for item in &items {
-        let e = match last {
-            Some((t, e)) if std::ptr::eq(t, item.table) => e,
-            _ => route(item.table)?,
+    f(&items)
+}
+
+/// Runs the writes. `route` gives each table's engine. Without an open
+/// transaction, chunks of `auto_rows` (or the whole batch, with
+/// `rollback_on_error`) each run in a transaction on every engine involved.
+pub(crate) fn execute<'e>(
+    p: &Parsed<'_>,
+    route: &dyn Fn(&'static Table) -> Result<&'e dyn Storage>,
+    in_tx: bool,
+) -> Result<Vec<BatchResult>> {
+    with_items(&p.parts, p.text, |items| {
+        // Consecutive items of one table share its engine.
+        let mut engines: Vec<&dyn Storage> = Vec::with_capacity(items.len());
+        let mut last: Option<(&'static Table, &dyn Storage)> = None;
+        for item in items {
+            let e = match last {
+                Some((t, e)) if std::ptr::eq(t, item.table) => e,
+                _ => route(item.table)?,
+            };
+            last = Some((item.table, e));
+            engines.push(e);
+        }
+        let opts = BatchOptions {
+            auto_transaction_rows: p.settings.auto_rows,
+            rollback_on_error: p.settings.rollback_on_error,
         };
-        last = Some((item.table, e));
-        engines.push(e);
+        apply_batch_items(items, &engines, opts, p.settings.stop_on_error, in_tx)
+    })
+}
+
+/// Writes handed from the parsing thread to the applying one at a time: the
+/// first part small, so that applying starts soon, the next ones larger, to
+/// make the hand-offs cheap. Multiples of the rows the SQLite engine inserts
+/// per statement (200), so that part boundaries split none of its statements.
+const PART_ROWS: (usize, usize) = (200, 1000);
+
+/// What [`parse_and_run`] did.
+pub(crate) enum Run<'a> {
+    /// The body is malformed; nothing was written.
+    Invalid(Error),
+    /// The writes ran, as [`execute`] runs them; the rows they changed
+    /// (see [`Op::changes`]) are given back.
+    Ran(Vec<(&'static Table, i64)>, Result<Vec<BatchResult>>),
+    /// Nothing was written: the caller runs the body as usual.
+    Parsed(Parsed<'a>),
+    /// Nothing was written, and the parts are gone: the caller parses the
+    /// body again and runs it as usual.
+    Again,
+}
+
+/// Whether `execute` runs `rows` writes under these settings as one
+/// transaction (outside an open one).
+fn one_transaction(s: Settings, rows: usize) -> bool {
+    s.rollback_on_error || (s.auto_rows > 0 && rows <= s.auto_rows)
+}
+
+/// A batch applied while its body is still being parsed, inside one
+/// transaction that is committed only once the whole body has parsed.
+struct Ahead<'e> {
+    engine: &'e dyn Storage,
+    settings: Settings,
+    rows: usize,
+    results: Vec<BatchResult>,
+}
+
+enum Speculation<'e> {
+    NotYet,
+    On(Ahead<'e>),
+    /// Stopped, its transaction undone: the batch runs as usual.
+    Off,
+}
+
+impl<'e> Speculation<'e> {
+    /// Applies `part` ahead, if the batch still fits: one transaction, one
+    /// engine, every write admitted, no error. Otherwise undoes what ran.
+    fn apply(
+        &mut self,
+        part: &Part<'_>,
+        text: &str,
+        settings: Settings,
+        route: &dyn Fn(&'static Table) -> Result<&'e dyn Storage>,
+        admit: &dyn Fn(&Op) -> bool,
+    ) {
+        if let Speculation::NotYet = self {
+            let Some(first) = part.ops.first() else {
+                return;
+            };
+            *self = match route(first.table()) {
+                Ok(engine) if one_transaction(settings, 0) && engine.begin().is_ok() => {
+                    // One result per write: no write takes fewer than 8
+                    // bytes, and the batch has at most `auto_rows`.
+                    let mut rows = text.len() / 8;
+                    if settings.auto_rows > 0 {
+                        rows = rows.min(settings.auto_rows);
+                    }
+                    Speculation::On(Ahead {
+                        engine,
+                        settings,
+                        rows: 0,
+                        results: Vec::with_capacity(rows),
+                    })
+                }
+                _ => Speculation::Off,
+            };
+        }
+        let Speculation::On(a) = self else {
+            return;
+        };
+        a.rows += part.ops.len();
+        let fits = settings == a.settings
+            && one_transaction(settings, a.rows)
+            && part
+                .ops
+                .iter()
+                .all(|op| admit(op) && route(op.table()).is_ok_and(|e| same_engine(e, a.engine)));
+        let stop = settings.rollback_on_error || settings.stop_on_error;
+        if !fits
+            || with_items(std::slice::from_ref(part), text, |items| {
+                a.engine.apply_batch(items, &mut a.results, stop)
+            })
+            .is_err()
+        {
+            self.undo();
+        }
     }
-    let opts = BatchOptions {
-        auto_transaction_rows: p.auto_rows,
-        rollback_on_error: p.rollback_on_error,
+
+    fn undo(&mut self) {
+        if let Speculation::On(a) = std::mem::replace(self, Speculation::Off) {
+            let _ = a.engine.rollback();
+        }
+    }
+
+    /// The outcome, once the whole body has parsed with these settings;
+    /// `None` when the batch must run as usual.
+    fn finish(mut self, settings: Settings) -> Option<Result<Vec<BatchResult>>> {
+        match &self {
+            Speculation::On(a) if a.settings == settings => {}
+            _ => {
+                self.undo();
+                return None;
+            }
+        }
+        let Speculation::On(a) = self else {
+            return None;
+        };
+        Some(a.engine.commit().map(|()| a.results))
+    }
+}
+
+fn same_engine(a: &dyn Storage, b: &dyn Storage) -> bool {
+    std::ptr::addr_eq(a as *const dyn Storage, b as *const dyn Storage)
+}
+
+/// What the parsing thread hands over.
+enum Msg {
+    Part(Part<'static>, Settings),
+    /// The last part, or why the body is malformed.
+    End(Result<(Part<'static>, Settings)>),
+    Panicked(Box<dyn Any + Send>),
+}
+
+/// `part` without borrows from the body `text`, for another thread.
+fn detach(part: Part<'_>, text: &str) -> Part<'static> {
+    let base = text.as_ptr() as usize;
+    let cells = part
+        .cells
+        .into_iter()
+        .map(|c| match c {
+            Cell::Text(s) => {
+                let start = (s.as_ptr() as usize).wrapping_sub(base);
+                let span = start..start + s.len();
+                // Always true: parsed text is a slice of the body.
+                if text.get(span.clone()).is_some_and(|t| std::ptr::eq(t, s)) {
+                    Cell::Span(span)
+                } else {
+                    Cell::Owned(Value::Text(s.to_owned()))
+                }
+            }
+            Cell::Span(r) => Cell::Span(r),
+            Cell::Owned(v) => Cell::Owned(v),
+        })
+        .collect();
+    Part {
+        ops: part.ops,
+        cells,
+    }
+}
+
+/// Parses `body` on the `parser` thread while this one applies the writes
+/// read so far, so that parsing and applying overlap. `None`: the parser
+/// thread is gone, and the caller parses as usual.
+///
+/// Only a batch that [`execute`] would run as one transaction on one engine
+/// (outside an open transaction: the caller's business) runs ahead, and its
+/// transaction commits only after the whole body has parsed, so a malformed
+/// body still changes nothing. Anything else (other settings, several
+/// engines, a write `admit` refuses, an error) is undone and handed back
+/// parsed, to run as usual; `admit` also sees every write before it runs.
+/// This thread applies, so the transaction belongs to it, as with
+/// [`execute`].
+pub(crate) fn parse_and_run<'a, 'e>(
+    parser: &crate::server::Worker,
+    client: &Arc<Client>,
+    default: Option<&'static Table>,
+    body: &'a Arc<Vec<u8>>,
+    route: &dyn Fn(&'static Table) -> Result<&'e dyn Storage>,
+    admit: &dyn Fn(&Op) -> bool,
+) -> Option<Run<'a>> {
+    let (tx, rx) = mpsc::channel();
+    // Parts applied come back to be filled again: their memory is already
+    // touched, where a new part's faults in page by page.
+    let (back, applied) = mpsc::channel::<Part<'static>>();
+    let (client2, body2) = (client.clone(), body.clone());
+    let job = move || {
+        let run = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+            let text = text_of(&body2)?;
+            let (last, settings) =
+                parse_in_parts(client2.model(), default, text, PART_ROWS, &mut |part, s| {
+                    let _ = tx.send(Msg::Part(detach(part, text), s));
+                    let mut next = applied.try_recv().unwrap_or_default();
+                    next.ops.clear();
+                    next.cells.clear();
+                    next
+                })?;
+            Ok((detach(last, text), settings))
+        }));
+        let _ = tx.send(match run {
+            Ok(end) => Msg::End(end),
+            Err(panic) => Msg::Panicked(panic),
+        });
     };
-    apply_batch_items(&items, &engines, opts, p.stop_on_error, in_tx)
+    if !parser.send(job) {
+        return None;
+    }
+    // Checked here too, while the first part is parsed; if this fails, so
+    // does the parse, before any part.
+    let text = std::str::from_utf8(body).unwrap_or_default();
+    let mut ahead = Speculation::NotYet;
+    let mut parts: Vec<Part<'static>> = Vec::new();
+    let mut changed = Vec::new();
+    // Parts applied ahead were given back: should the batch run as usual
+    // after all, the body is parsed again.
+    let mut given_back = false;
+    // Parts given back once the parser is done: freed on its thread.
+    let mut spent = Vec::new();
+    let end = loop {
+        match rx.recv() {
+            Ok(Msg::Part(part, settings)) => {
+                ahead.apply(&part, text, settings, route, admit);
+                if let Speculation::On(_) = ahead {
+                    changed.extend(part.ops.iter().filter_map(Op::changes));
+                    given_back = true;
+                    if let Err(mpsc::SendError(part)) = back.send(part) {
+                        spent.push(part);
+                    }
+                } else {
+                    parts.push(part);
+                }
+            }
+            Ok(Msg::End(end)) => break end,
+            Ok(Msg::Panicked(panic)) => {
+                ahead.undo();
+                std::panic::resume_unwind(panic)
+            }
+            Err(_) => {
+                ahead.undo();
+                return None;
+            }
+        }
+    };
+    let (last, settings) = match end {
+        Ok(end) => end,
+        Err(e) => {
+            ahead.undo();
+            return Some(Run::Invalid(e));
+        }
+    };
+    if let Speculation::On(_) = ahead {
+        ahead.apply(&last, text, settings, route, admit);
+        changed.extend(last.ops.iter().filter_map(Op::changes));
+    }
+    parts.push(last);
+    parser.send(move || drop(spent));
+    Some(match ahead.finish(settings) {
+        Some(r) => Run::Ran(changed, r),
+        None if given_back => Run::Again,
+        None => Run::Parsed(Parsed {
+            parts,
+            settings,
+            text,
+        }),
+    })
 }
 
 /// The JSON array of per-item results: the new ID of an add, 200 for an
@@ -605,12 +971,12 @@ mod test {
         let body = br#"{Sample:["automaticTransactionPerRow",100,"POST",{"A":"x"},"PUT",{"RowID":3,"B":"y"},
             "DELETE",4,"SIMPLE",["a","b",""],"u02",[5,"z"],"i03",["p","q"],"03",[9,"p","q"],"DELETE@Sample","6"]}"#;
         let p = parse(&m, None, body)?;
-        assert_eq!(p.auto_rows, 100);
-        assert_eq!(p.ops.len(), 8);
-        assert!(matches!(&p.ops[1], Op::Update(r, f) if r.id == 3 && f == &vec![1, 2]));
-        assert!(matches!(&p.ops[4], Op::Update(r, f) if r.id == 5 && f == &vec![1, 2]));
-        assert!(matches!(&p.ops[6], Op::Add(Some(9), _)));
-        assert!(matches!(&p.ops[7], Op::Delete(_, 6)));
+        assert_eq!(p.settings.auto_rows, 100);
+        assert_eq!(p.parts[0].ops.len(), 8);
+        assert!(matches!(&p.parts[0].ops[1], Op::Update(r, f) if r.id == 3 && f == &vec![1, 2]));
+        assert!(matches!(&p.parts[0].ops[4], Op::Update(r, f) if r.id == 5 && f == &vec![1, 2]));
+        assert!(matches!(&p.parts[0].ops[6], Op::Add(Some(9), _)));
+        assert!(matches!(&p.parts[0].ops[7], Op::Delete(_, 6)));
         for bad in [
             &br#"["POST",{"A":"x"}]"#[..],
             br#"{"Sample":["PUT",{"A":"x"}]}"#,
@@ -640,13 +1006,21 @@ mod test {
     }
 
     fn text(p: &Parsed<'_>, op: usize, field: usize) -> String {
-        let rec = match &p.ops[op] {
+        let mut op = op;
+        let mut part = 0;
+        while op >= p.parts[part].ops.len() {
+            op -= p.parts[part].ops.len();
+            part += 1;
+        }
+        let part = &p.parts[part];
+        let rec = match &part.ops[op] {
             Op::Add(_, r) | Op::Update(r, _) => r,
             Op::Delete(..) => panic!("no row"),
         };
         let view = View {
             rec,
-            cells: &p.cells[rec.start..rec.start + rec.table.fields.len()],
+            cells: &part.cells[rec.start..rec.start + rec.table.fields.len()],
+            text: p.text,
         };
         match view.field(field) {
             ValueRef::Text(t) => t.into_owned(),
@@ -666,8 +1040,8 @@ mod test {
             "SIMPLE@sample",["fourth","y",""],
             "POST@Sample",{"B":"only b","ID":"12"} ] "#;
         let p = parse(&m, None, body)?;
-        assert_eq!(p.ops.len(), 5);
-        assert!(matches!(p.cells[0], Cell::Text("plain")));
+        assert_eq!(p.parts[0].ops.len(), 5);
+        assert!(matches!(p.parts[0].cells[0], Cell::Text("plain")));
         assert_eq!(text(&p, 0, 1), "esc\"aped\u{e9}");
         assert_eq!(text(&p, 0, 2), "2024-01-02T03:04:05.5");
         assert_eq!(text(&p, 1, 0), "second");
@@ -675,9 +1049,54 @@ mod test {
         assert_eq!(text(&p, 2, 2), "2024-01-02T03:04:06");
         assert_eq!(text(&p, 3, 0), "fourth");
         assert_eq!(text(&p, 3, 2), "1970-01-01T00:00:00");
-        assert!(matches!(&p.ops[4], Op::Add(Some(12), r) if r.id == 12));
+        assert!(matches!(&p.parts[0].ops[4], Op::Add(Some(12), r) if r.id == 12));
         assert_eq!(text(&p, 4, 0), "");
         assert_eq!(text(&p, 4, 1), "only b");
+        Ok(())
+    }
+
+    #[test]
+    fn parts_read_apart_and_detached_hold_the_same_rows() -> Result<()> {
+        let mut m = Model::new();
+        m.add_table(&T);
+        let body = br#"["automaticTransactionPerRow",5,"SIMPLE@Sample",["a","esc\"aped",""],
+            "SIMPLE@Sample",["b","c","2024-01-02T03:04:05"],"POST@Sample",{"A":"d"},
+            "rollbackOnError",true,"DELETE@Sample",4,"PUT@Sample",{"ID":2,"B":"e"}]"#;
+        let whole = parse(&m, None, body)?;
+        let body_text = text_of(body)?;
+        let mut parts = Vec::new();
+        let mut seen = Vec::new();
+        let (last, settings) = parse_in_parts(&m, None, body_text, (1, 2), &mut |p, s| {
+            seen.push(s);
+            parts.push(detach(p, body_text));
+            Part::default()
+        })?;
+        parts.push(detach(last, body_text));
+        // Every part but the last is full (the first one smaller), and
+        // carries the settings read so far.
+        assert_eq!(
+            parts.iter().map(|p| p.ops.len()).collect::<Vec<_>>(),
+            [1, 2, 2, 0]
+        );
+        assert_eq!(seen[0].auto_rows, 5);
+        assert!(!seen[1].rollback_on_error && seen[2].rollback_on_error);
+        assert_eq!(settings, whole.settings);
+        assert!(matches!(parts[0].cells[0], Cell::Span(_)));
+        let apart = Parsed {
+            parts,
+            settings,
+            text: body_text,
+        };
+        assert_eq!(apart.ops().count(), whole.ops().count());
+        for (op, w) in whole.ops().enumerate() {
+            if let Op::Delete(..) = w {
+                continue;
+            }
+            // Automatic times are stamped at each parse: left out.
+            for field in (0..T.fields.len()).filter(|&f| T.fields[f].auto == AutoTime::No) {
+                assert_eq!(text(&apart, op, field), text(&whole, op, field));
+            }
+        }
         Ok(())
     }
 }

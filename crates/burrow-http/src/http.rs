@@ -16,8 +16,8 @@ pub(crate) struct Request {
     pub path: String,
     /// The target's query, still encoded.
     pub query: String,
-    /// The body.
-    pub body: Vec<u8>,
+    /// The body (shared: a large batch's is parsed on another thread).
+    pub body: std::sync::Arc<Vec<u8>>,
     /// The client accepts gzip.
     pub gzip: bool,
     /// A mORMot client (its User-Agent says so): lists are compact.

@@ -7,7 +7,8 @@ use std::sync::atomic::Ordering;
 use burrow_core::chrono::Utc;
 use burrow_core::json::{self, ListWriter};
 use burrow_core::{
-    Column, Error, Filter, JsonDialect, Orm, OwnedRow, Select, Storage, Table, ValueRef,
+    BatchResult, Column, Error, Filter, JsonDialect, Orm, OwnedRow, Select, Storage, Table,
+    ValueRef,
 };
 
 use crate::auth::{Denied, Principal, Rights};
@@ -454,6 +455,11 @@ fn sql_select(sh: &Shared, req: &Request, who: Principal) -> Outcome {
     }
 }
 
+/// Bodies from this size are parsed on a second thread while the writes
+/// already read are applied (see [`batch::parse_and_run`]): below it, the
+/// hand-off costs more than the overlap saves.
+const PIPELINE_BYTES: usize = 256 * 1024;
+
 fn run_batch(
     sh: &Shared,
     req: &Request,
@@ -461,43 +467,77 @@ fn run_batch(
     default: Option<&'static Table>,
     in_tx: bool,
 ) -> Outcome {
-    let parsed = batch::parse(sh.client.model(), default, &req.body).map_err(err)?;
-    // Every right is checked before anything is written.
-    for op in &parsed.ops {
-        let need: fn(&Rights) -> bool = match op {
+    let need = |op: &batch::Op| -> fn(&Rights) -> bool {
+        match op {
             batch::Op::Add(..) => |r| r.create,
             batch::Op::Update(..) => |r| r.update,
             batch::Op::Delete(..) => |r| r.delete,
-        };
-        check(sh, who, op.table(), need)?;
-    }
-    let flush = || {
-        for op in &parsed.ops {
-            match op {
-                batch::Op::Update(row, _) => sh.cache.flush_id(row.table, row.id),
-                batch::Op::Delete(t, id) => sh.cache.flush_id(t, *id),
-                batch::Op::Add(..) => {}
-            }
         }
     };
-    flush();
+    let flush = |op: &batch::Op| {
+        if let Some((t, id)) = op.changes() {
+            sh.cache.flush_id(t, id);
+        }
+    };
     let route = |t: &'static Table| sh.client.route(t);
+    let admit = |op: &batch::Op| {
+        flush(op);
+        check(sh, who, op.table(), need(op)).is_ok()
+    };
+    // Inside an open transaction, writes applied ahead of a parse error
+    // could not be undone alone.
+    let ahead = match &sh.parser {
+        Some(parser) if !in_tx && sh.local_engines && req.body.len() >= PIPELINE_BYTES => {
+            batch::parse_and_run(parser, &sh.client, default, &req.body, &route, &admit)
+        }
+        _ => None,
+    };
+    let parsed = match ahead {
+        Some(batch::Run::Invalid(e)) => return Err(err(e)),
+        Some(batch::Run::Ran(changed, r)) => {
+            for (t, id) in changed {
+                sh.cache.flush_id(t, id);
+            }
+            let outcome = batch_outcome(sh, req, &r);
+            // Freeing a large batch unmaps memory: the parser's thread does
+            // it, off the answer's way.
+            if let Some(parser) = &sh.parser {
+                let body = req.body.clone();
+                parser.send(move || drop((r, body)));
+            }
+            return outcome;
+        }
+        Some(batch::Run::Parsed(p)) => p,
+        Some(batch::Run::Again) | None => {
+            batch::parse(sh.client.model(), default, &req.body).map_err(err)?
+        }
+    };
+    // Every right is checked before anything is written.
+    for op in parsed.ops() {
+        check(sh, who, op.table(), need(op))?;
+    }
+    parsed.ops().for_each(flush);
     let r = batch::execute(&parsed, &route, in_tx);
-    flush();
+    parsed.ops().for_each(flush);
+    batch_outcome(sh, req, &r)
+}
+
+/// The answer to a batch that ran.
+fn batch_outcome(sh: &Shared, req: &Request, r: &burrow_core::Result<Vec<BatchResult>>) -> Outcome {
     match r {
         Ok(results) => {
             wrote(sh);
-            Ok(Response::json(batch::results_json(&results, req.exact)))
+            Ok(Response::json(batch::results_json(results, req.exact)))
         }
         Err(Error::Batch { index, source }) => {
             wrote(sh);
-            let mut resp = Response::from_error(&source);
+            let mut resp = Response::from_error(source);
             resp.body.pop();
             resp.body
                 .extend_from_slice(format!(",\"index\":{index}}}").as_bytes());
             Err(resp)
         }
-        Err(e) => Err(err(e)),
+        Err(e) => Err(Response::from_error(e)),
     }
 }
 

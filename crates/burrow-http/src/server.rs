@@ -15,6 +15,11 @@
 //!   A connection that closes (or times out) with a transaction open rolls it
 //!   back.
 //!
+//! A large batch body (outside a remote transaction, with in-process engines)
+//! is also parsed on the server's **parser thread**, started with the server,
+//! while the request's thread applies the rows already parsed, inside a
+//! transaction committed only once the whole body has parsed.
+//!
 //! # Connections
 //!
 //! HTTP/1.1 keep-alive; pipelined requests are answered in order, and their
@@ -136,6 +141,13 @@ pub(crate) struct Shared {
     pub state: AtomicU64,
     pub limits: Limits,
     pub compact: bool,
+    /// Every engine is in-process (SQLite, memory).
+    pub local_engines: bool,
+    /// Parses large batch bodies while the request's thread applies them
+    /// (see [`crate::batch::parse_and_run`]). Started with the server, not
+    /// per request: a thread that is woken gets a core sooner, on a busy
+    /// machine, than a new one.
+    pub parser: Option<Worker>,
     inline: bool,
     gate: TxGate,
     date: DateCache,
@@ -261,6 +273,8 @@ impl ServerBuilder {
             state: AtomicU64::new(1),
             limits: self.limits,
             compact: self.compact,
+            local_engines,
+            parser: Worker::start("burrow-parse").ok(),
             inline,
             gate: TxGate {
                 open: AtomicUsize::new(0),
@@ -460,22 +474,29 @@ async fn accept_loop(
     }
 }
 
-/// A transaction's own thread.
-struct TxWorker {
+/// A thread of its own that runs jobs in order: a transaction's (engines tie
+/// a transaction to the thread that began it), or the batch parser's.
+pub(crate) struct Worker {
     jobs: std::sync::mpsc::Sender<Box<dyn FnOnce() + Send>>,
 }
 
-impl TxWorker {
-    fn start() -> io::Result<TxWorker> {
+impl Worker {
+    /// Starts the thread; it ends when the worker is dropped.
+    fn start(name: &str) -> io::Result<Worker> {
         let (jobs, rx) = std::sync::mpsc::channel::<Box<dyn FnOnce() + Send>>();
         std::thread::Builder::new()
-            .name("burrow-tx".into())
+            .name(name.into())
             .spawn(move || {
                 while let Ok(job) = rx.recv() {
                     job();
                 }
             })?;
-        Ok(TxWorker { jobs })
+        Ok(Worker { jobs })
+    }
+
+    /// Queues `job`; false when the thread is gone.
+    pub fn send(&self, job: impl FnOnce() + Send + 'static) -> bool {
+        self.jobs.send(Box::new(job)).is_ok()
     }
 
     async fn run<R: Send + 'static>(&self, f: impl FnOnce() -> R + Send + 'static) -> Option<R> {
@@ -501,7 +522,7 @@ fn is_slow_route(req: &Request) -> bool {
     req.path.to_ascii_lowercase().ends_with("/auth")
 }
 
-async fn dispatch(sh: &Arc<Shared>, req: Request, tx: &mut Option<TxWorker>) -> Response {
+async fn dispatch(sh: &Arc<Shared>, req: Request, tx: &mut Option<Worker>) -> Response {
     let who = match rest::authenticate(sh, &req) {
         Ok(w) => w,
         Err(r) => return r,
@@ -511,7 +532,7 @@ async fn dispatch(sh: &Arc<Shared>, req: Request, tx: &mut Option<TxWorker>) -> 
             if tx.is_some() {
                 return Response::error(400, "a transaction is already open on this connection");
             }
-            let Ok(w) = TxWorker::start() else {
+            let Ok(w) = Worker::start("burrow-tx") else {
                 return Response::error(503, "cannot start a transaction thread");
             };
             let sh2 = sh.clone();
@@ -716,7 +737,7 @@ async fn serve(sh: &Arc<Shared>, mut stream: impl Conn, mut stop: watch::Receive
     let limits = &sh.limits;
     let mut buf: Vec<u8> = Vec::with_capacity(4096);
     let mut out: Vec<u8> = Vec::with_capacity(4096);
-    let mut tx: Option<TxWorker> = None;
+    let mut tx: Option<Worker> = None;
     'conn: loop {
         // The head of the next request.
         let mut deadline = (!buf.is_empty()).then(|| Instant::now() + limits.request_timeout);
@@ -807,7 +828,7 @@ async fn serve(sh: &Arc<Shared>, mut stream: impl Conn, mut stop: watch::Receive
             }
         }
         let rest = buf.split_off(content_length);
-        req.body = std::mem::replace(&mut buf, rest);
+        req.body = Arc::new(std::mem::replace(&mut buf, rest));
         if buf.capacity() == 0 {
             buf.reserve(4096);
         }

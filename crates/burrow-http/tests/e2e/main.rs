@@ -5,6 +5,7 @@
 mod common;
 
 mod access;
+mod batch;
 mod cache;
 mod concurrency;
 mod orm;

@@ -1,0 +1,275 @@
+//! Large batch bodies, which the server parses on a second thread while it
+//! applies the rows already read: every outcome must be the one of a body
+//! parsed whole before anything runs, and a malformed body, however late its
+//! fault, changes nothing.
+
+use burrow_core::{Batch, BatchResult, Error, ErrorKind, Orm};
+use burrow_http::{Auth, Group, Rights};
+
+use crate::common::*;
+
+/// Rows per body: a body of several hundred kilobytes, well past the size
+/// from which the server overlaps parsing and applying, and several of the
+/// parts it hands from one thread to the other.
+const ROWS: usize = 6000;
+
+/// `"POST@Sample",{…}` for row `i`, with a long name to make the body large.
+fn post(i: usize) -> String {
+    format!(
+        r#""POST@Sample",{{"FirstName":"{:0>80}","Email":"big{i}@example.com"}}"#,
+        i
+    )
+}
+
+/// A batch array: `settings` first, then the rows, then `tail`.
+fn body(settings: &str, rows: impl Iterator<Item = String>, tail: &str) -> Vec<u8> {
+    let mut b = format!("[{settings}");
+    for r in rows {
+        if b.len() > 1 {
+            b.push(',');
+        }
+        b.push_str(&r);
+    }
+    b.push_str(tail);
+    b.push(']');
+    assert!(b.len() > 512 * 1024);
+    b.into_bytes()
+}
+
+#[test]
+fn large_batches_from_the_client() -> TestResult {
+    let (server, _, _) = open_server();
+    let db = remote(&server);
+    // One transaction (the default covers every row).
+    let mut b = Batch::new();
+    b.add_all((0..ROWS).map(sample));
+    let r = db.send(&mut b)?;
+    assert_eq!(
+        r.iter().map(|r| r.id()).collect::<Vec<_>>(),
+        (1..=ROWS as i64).map(Some).collect::<Vec<_>>()
+    );
+    assert_eq!(count(&db), ROWS as u64);
+    for id in [1, 1000, 1001, ROWS as i64] {
+        let got: Sample = db.retrieve(id)?;
+        let mut want = sample(id as usize - 1);
+        want.id = id;
+        want.last_change = got.last_change;
+        want.created_at = got.created_at;
+        assert_eq!(got, want);
+    }
+
+    // A duplicate late in a batch that rolls back on error: nothing stays.
+    let late = ROWS - 10;
+    let rows =
+        |dup: usize| (ROWS..2 * ROWS).map(move |i| sample(if i == ROWS + dup { 7 } else { i }));
+    let mut b = Batch::new().rollback_on_error(true);
+    b.add_all(rows(late));
+    let e = db.send(&mut b).unwrap_err();
+    assert!(
+        matches!(e, Error::Batch { index, .. } if index == late),
+        "{e}"
+    );
+    assert_eq!(count(&db), ROWS as u64);
+
+    // Without a transaction, the failure is reported per row and the rest
+    // is written.
+    let mut b = Batch::new().auto_transaction_rows(0);
+    b.add_all(rows(late));
+    let r = db.send(&mut b)?;
+    assert!(
+        matches!(r[late], BatchResult::Failed(ref e) if e.kind() == ErrorKind::UniqueViolation)
+    );
+    assert_eq!(r.iter().filter(|r| r.id().is_some()).count(), ROWS - 1);
+    assert_eq!(count(&db), 2 * ROWS as u64 - 1);
+    Ok(())
+}
+
+#[test]
+fn large_mixed_batches_in_a_transaction() -> TestResult {
+    let (server, hosted, _) = open_server();
+    let db = remote(&server);
+    let mut b = Batch::new();
+    b.add_all((0..ROWS).map(sample));
+    db.send(&mut b)?;
+    // Every verb form, in a body of many pieces, inside a remote transaction
+    // (the client then sends the batch without settings of its own).
+    let tx = db.transaction()?;
+    let mut b = Batch::new();
+    for i in 0..ROWS {
+        match i % 4 {
+            0 => b.add(sample(ROWS + i)),
+            1 => b.add_with_id(sample(ROWS + i), (10 * ROWS + i) as i64),
+            2 => {
+                let mut s = sample(i);
+                s.id = i as i64 + 1;
+                s.first_name = format!("Changed{i}");
+                b.update_fields(s, &["FirstName"])?;
+            }
+            _ => b.delete::<Sample>(i as i64 + 1),
+        }
+    }
+    let r = tx.send(&mut b)?;
+    tx.commit()?;
+    assert_eq!(r.len(), ROWS);
+    assert_eq!(r[1].id(), Some(10 * ROWS as i64 + 1));
+    assert!(matches!(r[2], BatchResult::Done) && matches!(r[3], BatchResult::Done));
+    assert_eq!(count(&db), ROWS as u64 + ROWS as u64 / 2 - ROWS as u64 / 4);
+    assert_eq!(hosted.retrieve::<Sample>(3)?.first_name, "Changed2");
+    assert_eq!(hosted.get::<Sample>(4)?, None);
+    assert_eq!(
+        hosted.retrieve::<Sample>(10 * ROWS as i64 + 1)?.email,
+        sample(ROWS + 1).email
+    );
+    Ok(())
+}
+
+#[test]
+fn a_large_malformed_body_changes_nothing() -> TestResult {
+    let (server, _, _) = open_server();
+    let addr = server.local_addr();
+    let db = remote(&server);
+    db.add(&mut sample(1))?;
+    let tx = r#""automaticTransactionPerRow",100000"#;
+    let cases: Vec<Vec<u8>> = vec![
+        // Faults in the last row, after thousands of good ones.
+        body(tx, (0..ROWS).map(post), r#","POST@Sample",{"FirstName":1}"#),
+        body(tx, (0..ROWS).map(post), r#","POST@Sample",{"Nope":"x"}"#),
+        body(tx, (0..ROWS).map(post), r#","POST@Nope",{}"#),
+        body(tx, (0..ROWS).map(post), r#","SIMPLE@Sample",["a"]"#),
+        body(
+            tx,
+            (0..ROWS).map(post),
+            r#","POST@Sample",{"FirstName":"x"} x"#,
+        ),
+        body(
+            r#""rollbackOnError",true"#,
+            (0..ROWS).map(post),
+            r#","POST@Sample",{"Amount":"lots"}"#,
+        ),
+        // Without a transaction too.
+        body("", (0..ROWS).map(post), r#","POST@Sample",{"FirstName":1}"#),
+    ];
+    for b in cases {
+        let r = raw(addr, "PUT", "/root/Batch", "", &b);
+        assert_error(&r, 400);
+        assert_eq!(count(&db), 1);
+    }
+    // Cut short: the closing bracket never comes.
+    let mut b = body(tx, (0..ROWS).map(post), "");
+    b.pop();
+    let r = raw(addr, "PUT", "/root/Batch", "", &b);
+    assert_error(&r, 400);
+    assert_eq!(count(&db), 1);
+    // The same bodies, well formed, are written.
+    let r = raw(
+        addr,
+        "PUT",
+        "/root/Batch",
+        "",
+        &body(tx, (0..ROWS).map(post), ""),
+    );
+    assert_eq!(r.status, 200, "{}", r.text());
+    assert_eq!(r.json().as_array().map(Vec::len), Some(ROWS));
+    assert_eq!(count(&db), ROWS as u64 + 1);
+    Ok(())
+}
+
+#[test]
+fn settings_met_late_in_a_large_body_still_apply_to_it_all() -> TestResult {
+    let (server, _, _) = open_server();
+    let addr = server.local_addr();
+    let db = remote(&server);
+    // One transaction, then a late `stopOnError` with a duplicate after it:
+    // the rows before the duplicate stay, the ones after it never run.
+    let dup = ROWS - 100;
+    let rows = (0..ROWS).map(|i| post(if i == dup { 3 } else { i }));
+    let b = body(
+        r#""automaticTransactionPerRow",100000"#,
+        rows,
+        r#","stopOnError",true"#,
+    );
+    let r = raw(addr, "PUT", "/root/Batch", "", &b);
+    assert!(r.status >= 400, "{}", r.text());
+    assert_eq!(r.json()["index"], dup, "{}", r.text());
+    assert_eq!(count(&db), dup as u64);
+
+    // A late `automaticTransactionPerRow` of 0 leaves every row on its own:
+    // a failed row no longer stops or undoes the others.
+    let (server, _, _) = open_server();
+    let addr = server.local_addr();
+    let db = remote(&server);
+    let rows = (0..ROWS).map(|i| post(if i == dup { 3 } else { i }));
+    let b = body(
+        r#""automaticTransactionPerRow",100000,"rollbackOnError",true"#,
+        rows,
+        r#","rollbackOnError",false,"automaticTransactionPerRow",0"#,
+    );
+    let r = raw(addr, "PUT", "/root/Batch", "", &b);
+    assert_eq!(r.status, 200, "{}", r.text());
+    assert!(r.json()[dup]["errorCode"].is_number(), "{}", r.json()[dup]);
+    assert_eq!(count(&db), ROWS as u64 - 1);
+
+    // A commit every 1000 rows, stopping at the first failure: the chunks
+    // before it stay, and so do the rows of its own chunk before it.
+    let (server, _, _) = open_server();
+    let addr = server.local_addr();
+    let db = remote(&server);
+    let rows = (0..ROWS).map(|i| post(if i == 1500 { 3 } else { i }));
+    let b = body(
+        r#""automaticTransactionPerRow",1000,"stopOnError",true"#,
+        rows,
+        "",
+    );
+    let r = raw(addr, "PUT", "/root/Batch", "", &b);
+    assert_eq!(r.json()["index"], 1500, "{}", r.text());
+    assert_eq!(count(&db), 1500);
+    Ok(())
+}
+
+#[test]
+fn every_right_is_checked_before_a_large_batch_writes() -> TestResult {
+    let auth = Auth::new()
+        .group(
+            Group::new("writer")
+                .table::<Sample>(Rights::ALL)
+                .table::<Secret>(Rights::READ),
+        )
+        .user("wes", "wes-secret", "writer")
+        .and_then(|a| a.token("tok-wes", "wes"))?;
+    let (server, hosted) = server_with(|b| b.auth(auth));
+    let addr = server.local_addr();
+    let wes = "Authorization: Bearer tok-wes\r\n";
+    let tx = r#""automaticTransactionPerRow",100000"#;
+    let secret = r#","POST@Secret",{"Note":"x"}"#;
+    // A write wes may not make, late in the body: nothing is written.
+    let r = raw(
+        addr,
+        "PUT",
+        "/root/Batch",
+        wes,
+        &body(tx, (0..ROWS).map(post), secret),
+    );
+    assert_error(&r, 403);
+    assert_eq!(hosted.count::<Sample>("", &[])?, 0);
+    // A malformed body is reported as such, even past a refused write.
+    let tail = format!("{secret},\"POST@Sample\",{{\"FirstName\":1}}");
+    let r = raw(
+        addr,
+        "PUT",
+        "/root/Batch",
+        wes,
+        &body(tx, (0..ROWS).map(post), &tail),
+    );
+    assert_error(&r, 400);
+    assert_eq!(hosted.count::<Sample>("", &[])?, 0);
+    let r = raw(
+        addr,
+        "PUT",
+        "/root/Batch",
+        wes,
+        &body(tx, (0..ROWS).map(post), ""),
+    );
+    assert_eq!(r.status, 200, "{}", r.text());
+    assert_eq!(hosted.count::<Sample>("", &[])?, ROWS as u64);
+    Ok(())
+}
