@@ -677,6 +677,7 @@ fn one_transaction(s: Settings, rows: usize) -> bool {
 /// transaction that is committed only once the whole body has parsed.
 struct Ahead<'e> {
     engine: &'e dyn Storage,
+    open: Open<'e>,
     settings: Settings,
     rows: usize,
     results: Vec<BatchResult>,
@@ -704,23 +705,44 @@ impl<'e> Speculation<'e> {
             let Some(first) = part.ops.first() else {
                 return;
             };
+            // Rights, and the one engine, are checked before the engine is
+            // locked: a refused batch answers without waiting for it.
+            let fits = |engine: &'e dyn Storage| {
+                one_transaction(settings, part.ops.len())
+                    && part.ops.iter().all(|op| {
+                        admit(op) && route(op.table()).is_ok_and(|e| same_engine(e, engine))
+                    })
+            };
             *self = match route(first.table()) {
-                Ok(engine) if one_transaction(settings, 0) && engine.begin().is_ok() => {
+                Ok(engine) if fits(engine) && engine.begin().is_ok() => {
                     // One result per write: no write takes fewer than 8
-                    // bytes, and the batch has at most `auto_rows`.
-                    let mut rows = text.len() / 8;
+                    // bytes, and the batch has at most `auto_rows`; the
+                    // rest, if any, grows as it comes.
+                    let mut rows = (text.len() / 8).min(1 << 20);
                     if settings.auto_rows > 0 {
                         rows = rows.min(settings.auto_rows);
                     }
                     Speculation::On(Ahead {
                         engine,
+                        open: Open(Some(engine)),
                         settings,
-                        rows: 0,
+                        rows: part.ops.len(),
                         results: Vec::with_capacity(rows),
                     })
                 }
                 _ => Speculation::Off,
             };
+            let stop = settings.rollback_on_error || settings.stop_on_error;
+            if let Speculation::On(a) = self {
+                if with_items(std::slice::from_ref(part), text, |items| {
+                    a.engine.apply_batch(items, &mut a.results, stop)
+                })
+                .is_err()
+                {
+                    self.undo();
+                }
+            }
+            return;
         }
         let Speculation::On(a) = self else {
             return;
@@ -745,24 +767,48 @@ impl<'e> Speculation<'e> {
 
     fn undo(&mut self) {
         if let Speculation::On(a) = std::mem::replace(self, Speculation::Off) {
-            let _ = a.engine.rollback();
+            a.open.rollback();
         }
     }
 
     /// The outcome, once the whole body has parsed with these settings;
     /// `None` when the batch must run as usual.
-    fn finish(mut self, settings: Settings) -> Option<Result<Vec<BatchResult>>> {
-        match &self {
-            Speculation::On(a) if a.settings == settings => {}
-            _ => {
-                self.undo();
-                return None;
+    fn finish(self, settings: Settings) -> Option<Result<Vec<BatchResult>>> {
+        match self {
+            Speculation::On(a) if a.settings == settings => {
+                Some(a.open.commit().map(|()| a.results))
             }
+            Speculation::On(a) => {
+                a.open.rollback();
+                None
+            }
+            _ => None,
         }
-        let Speculation::On(a) = self else {
-            return None;
-        };
-        Some(a.engine.commit().map(|()| a.results))
+    }
+}
+
+/// The transaction of a batch applied ahead. Dropped still open, by a panic
+/// on the applying thread (in a right check, an engine call), it is rolled
+/// back: left open, the engines would keep every other thread out for good.
+struct Open<'e>(Option<&'e dyn Storage>);
+
+impl Open<'_> {
+    fn commit(mut self) -> Result<()> {
+        self.0.take().map_or(Ok(()), |e| e.commit())
+    }
+
+    fn rollback(mut self) {
+        if let Some(e) = self.0.take() {
+            let _ = e.rollback();
+        }
+    }
+}
+
+impl Drop for Open<'_> {
+    fn drop(&mut self) {
+        if let Some(e) = self.0.take() {
+            let _ = e.rollback();
+        }
     }
 }
 
@@ -848,7 +894,9 @@ pub(crate) fn parse_and_run<'a, 'e>(
             Err(panic) => Msg::Panicked(panic),
         });
     };
-    if !parser.send(job) {
+    // A parser busy with another body would make this one wait: it is
+    // parsed here instead, as usual.
+    if !parser.try_send(job) {
         return None;
     }
     // Checked here too, while the first part is parsed; if this fails, so
@@ -877,10 +925,8 @@ pub(crate) fn parse_and_run<'a, 'e>(
                 }
             }
             Ok(Msg::End(end)) => break end,
-            Ok(Msg::Panicked(panic)) => {
-                ahead.undo();
-                std::panic::resume_unwind(panic)
-            }
+            // The speculation's drop rolls back.
+            Ok(Msg::Panicked(panic)) => std::panic::resume_unwind(panic),
             Err(_) => {
                 ahead.undo();
                 return None;

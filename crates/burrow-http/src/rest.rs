@@ -495,6 +495,7 @@ fn run_batch(
     let parsed = match ahead {
         Some(batch::Run::Invalid(e)) => return Err(err(e)),
         Some(batch::Run::Ran(changed, r)) => {
+            sh.ran_ahead.fetch_add(1, Ordering::Relaxed);
             for (t, id) in changed {
                 sh.cache.flush_id(t, id);
             }

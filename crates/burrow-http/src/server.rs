@@ -37,7 +37,7 @@
 use std::io;
 use std::net::SocketAddr;
 use std::panic::AssertUnwindSafe;
-use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, RwLock};
 use std::time::Duration;
 
@@ -148,6 +148,8 @@ pub(crate) struct Shared {
     /// per request: a thread that is woken gets a core sooner, on a busy
     /// machine, than a new one.
     pub parser: Option<Worker>,
+    /// Batches applied while their body was still being parsed.
+    pub ran_ahead: AtomicU64,
     inline: bool,
     gate: TxGate,
     date: DateCache,
@@ -283,6 +285,7 @@ impl ServerBuilder {
             date: DateCache::new(),
             server_name: self.server_name,
             connections: AtomicUsize::new(0),
+            ran_ahead: AtomicU64::new(0),
         });
         let (stop_tx, stop_rx) = watch::channel(false);
         let listener = {
@@ -363,6 +366,12 @@ impl Server {
     /// Connections open now.
     pub fn connections(&self) -> usize {
         self.shared.connections.load(Ordering::Relaxed)
+    }
+
+    /// Large batches applied while their body was still being parsed, on
+    /// the server's parser thread (the others were parsed, then applied).
+    pub fn batches_run_ahead(&self) -> u64 {
+        self.shared.ran_ahead.load(Ordering::Relaxed)
     }
 
     /// Stops accepting, lets requests in flight finish (up to
@@ -478,6 +487,17 @@ async fn accept_loop(
 /// a transaction to the thread that began it), or the batch parser's.
 pub(crate) struct Worker {
     jobs: std::sync::mpsc::Sender<Box<dyn FnOnce() + Send>>,
+    /// A job of [`Worker::try_send`] is queued or running.
+    busy: Arc<AtomicBool>,
+}
+
+/// Clears a worker's busy flag when its job ends, panic or not.
+struct NotBusy(Arc<AtomicBool>);
+
+impl Drop for NotBusy {
+    fn drop(&mut self) {
+        self.0.store(false, Ordering::Release);
+    }
 }
 
 impl Worker {
@@ -491,12 +511,32 @@ impl Worker {
                     job();
                 }
             })?;
-        Ok(Worker { jobs })
+        Ok(Worker {
+            jobs,
+            busy: Arc::new(AtomicBool::new(false)),
+        })
     }
 
     /// Queues `job`; false when the thread is gone.
     pub fn send(&self, job: impl FnOnce() + Send + 'static) -> bool {
         self.jobs.send(Box::new(job)).is_ok()
+    }
+
+    /// Queues `job` unless another job of this kind is queued or running;
+    /// false when it is, or when the thread is gone.
+    pub fn try_send(&self, job: impl FnOnce() + Send + 'static) -> bool {
+        if self
+            .busy
+            .compare_exchange(false, true, Ordering::Acquire, Ordering::Relaxed)
+            .is_err()
+        {
+            return false;
+        }
+        let done = NotBusy(self.busy.clone());
+        self.send(move || {
+            let _done = done;
+            job();
+        })
     }
 
     async fn run<R: Send + 'static>(&self, f: impl FnOnce() -> R + Send + 'static) -> Option<R> {

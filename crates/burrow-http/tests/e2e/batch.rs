@@ -49,6 +49,7 @@ fn large_batches_from_the_client() -> TestResult {
         (1..=ROWS as i64).map(Some).collect::<Vec<_>>()
     );
     assert_eq!(count(&db), ROWS as u64);
+    assert_eq!(server.batches_run_ahead(), 1, "applied while parsed");
     for id in [1, 1000, 1001, ROWS as i64] {
         let got: Sample = db.retrieve(id)?;
         let mut want = sample(id as usize - 1);
@@ -81,24 +82,20 @@ fn large_batches_from_the_client() -> TestResult {
     );
     assert_eq!(r.iter().filter(|r| r.id().is_some()).count(), ROWS - 1);
     assert_eq!(count(&db), 2 * ROWS as u64 - 1);
+    // Neither of the last two ran ahead to the end: the first was undone,
+    // the second commits row by row.
+    assert_eq!(server.batches_run_ahead(), 1);
     Ok(())
 }
 
-#[test]
-fn large_mixed_batches_in_a_transaction() -> TestResult {
-    let (server, hosted, _) = open_server();
-    let db = remote(&server);
-    let mut b = Batch::new();
-    b.add_all((0..ROWS).map(sample));
-    db.send(&mut b)?;
-    // Every verb form, in a body of many pieces, inside a remote transaction
-    // (the client then sends the batch without settings of its own).
-    let tx = db.transaction()?;
+/// Every verb form, in many parts: adds, adds with an ID, partial updates
+/// and deletes of rows 1..=ROWS.
+fn mixed(first_new: usize) -> Result<Batch, burrow_core::Error> {
     let mut b = Batch::new();
     for i in 0..ROWS {
         match i % 4 {
-            0 => b.add(sample(ROWS + i)),
-            1 => b.add_with_id(sample(ROWS + i), (10 * ROWS + i) as i64),
+            0 => b.add(sample(first_new + i)),
+            1 => b.add_with_id(sample(first_new + i), (10 * first_new + i) as i64),
             2 => {
                 let mut s = sample(i);
                 s.id = i as i64 + 1;
@@ -108,18 +105,42 @@ fn large_mixed_batches_in_a_transaction() -> TestResult {
             _ => b.delete::<Sample>(i as i64 + 1),
         }
     }
-    let r = tx.send(&mut b)?;
-    tx.commit()?;
-    assert_eq!(r.len(), ROWS);
-    assert_eq!(r[1].id(), Some(10 * ROWS as i64 + 1));
-    assert!(matches!(r[2], BatchResult::Done) && matches!(r[3], BatchResult::Done));
-    assert_eq!(count(&db), ROWS as u64 + ROWS as u64 / 2 - ROWS as u64 / 4);
-    assert_eq!(hosted.retrieve::<Sample>(3)?.first_name, "Changed2");
-    assert_eq!(hosted.get::<Sample>(4)?, None);
-    assert_eq!(
-        hosted.retrieve::<Sample>(10 * ROWS as i64 + 1)?.email,
-        sample(ROWS + 1).email
-    );
+    Ok(b)
+}
+
+#[test]
+fn large_mixed_batches_run_ahead_and_in_a_transaction() -> TestResult {
+    for in_tx in [false, true] {
+        let (server, hosted, _) = open_server();
+        let db = remote(&server);
+        let mut b = Batch::new();
+        b.add_all((0..ROWS).map(sample));
+        db.send(&mut b)?;
+        let before = server.batches_run_ahead();
+        let mut b = mixed(ROWS)?;
+        let r = if in_tx {
+            // Inside a remote transaction the batch is parsed, then applied:
+            // a parse error could not be undone alone.
+            let tx = db.transaction()?;
+            let r = tx.send(&mut b)?;
+            tx.commit()?;
+            r
+        } else {
+            db.send(&mut b)?
+        };
+        let ahead = server.batches_run_ahead() - before;
+        assert_eq!(ahead, u64::from(!in_tx), "in_tx {in_tx}");
+        assert_eq!(r.len(), ROWS);
+        assert_eq!(r[1].id(), Some(10 * ROWS as i64 + 1));
+        assert!(matches!(r[2], BatchResult::Done) && matches!(r[3], BatchResult::Done));
+        assert_eq!(count(&db), ROWS as u64 + ROWS as u64 / 2 - ROWS as u64 / 4);
+        assert_eq!(hosted.retrieve::<Sample>(3)?.first_name, "Changed2");
+        assert_eq!(hosted.get::<Sample>(4)?, None);
+        assert_eq!(
+            hosted.retrieve::<Sample>(10 * ROWS as i64 + 1)?.email,
+            sample(ROWS + 1).email
+        );
+    }
     Ok(())
 }
 
@@ -271,5 +292,32 @@ fn every_right_is_checked_before_a_large_batch_writes() -> TestResult {
     );
     assert_eq!(r.status, 200, "{}", r.text());
     assert_eq!(hosted.count::<Sample>("", &[])?, ROWS as u64);
+    Ok(())
+}
+
+#[test]
+fn large_batches_at_once_all_apply() -> TestResult {
+    let (server, _, _) = open_server();
+    // One parser thread: a body arriving while it is busy is parsed on its
+    // own request's thread instead of waiting in line.
+    let sent: Vec<usize> = std::thread::scope(|s| {
+        let workers: Vec<_> = (0..3)
+            .map(|t| {
+                let db = remote(&server);
+                s.spawn(move || -> burrow_core::Result<usize> {
+                    let mut b = Batch::new();
+                    b.add_all((t * ROWS..(t + 1) * ROWS).map(sample));
+                    Ok(db.send(&mut b)?.iter().filter(|r| r.id().is_some()).count())
+                })
+            })
+            .collect();
+        workers
+            .into_iter()
+            .map(|w| w.join().expect("sender"))
+            .collect::<burrow_core::Result<_>>()
+    })?;
+    assert_eq!(sent, [ROWS; 3]);
+    assert_eq!(count(&remote(&server)), 3 * ROWS as u64);
+    assert!((1..=3).contains(&server.batches_run_ahead()));
     Ok(())
 }
