@@ -18,7 +18,9 @@
 //! A large batch body (outside a remote transaction, with in-process engines)
 //! is also parsed on the server's **parser thread**, started with the server,
 //! while the request's thread applies the rows already parsed, inside a
-//! transaction committed only once the whole body has parsed.
+//! transaction committed only once the whole body has parsed (and rolled back
+//! should that thread panic). One body at a time: a body arriving while the
+//! parser is busy is parsed on its own request's thread, then applied.
 //!
 //! # Connections
 //!
