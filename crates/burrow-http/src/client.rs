@@ -102,6 +102,17 @@ pub(crate) enum Stream {
     Tls(Box<rustls::StreamOwned<rustls::ClientConnection, TcpStream>>),
 }
 
+impl Stream {
+    /// The socket under it.
+    fn tcp(&self) -> &TcpStream {
+        match self {
+            Stream::Plain(s) => s,
+            #[cfg(feature = "tls")]
+            Stream::Tls(s) => s.get_ref(),
+        }
+    }
+}
+
 impl Read for Stream {
     fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
         match self {
@@ -143,8 +154,22 @@ struct Conn {
     stream: Stream,
     buf: Vec<u8>,
     /// Whether it already carried a request (a failure on a reused connection
-    /// before any answer is retried once on a new one).
+    /// before any answer may be retried once on a new one).
     reused: bool,
+}
+
+impl Conn {
+    /// Whether the server still holds the connection open: nothing to read
+    /// yet (a closed one reads end of file, or an alert under TLS).
+    fn open(&self) -> bool {
+        let tcp = self.stream.tcp();
+        if tcp.set_nonblocking(true).is_err() {
+            return false;
+        }
+        let r = tcp.peek(&mut [0u8; 1]);
+        tcp.set_nonblocking(false).is_ok()
+            && matches!(r, Err(ref e) if e.kind() == std::io::ErrorKind::WouldBlock)
+    }
 }
 
 enum Credentials {
@@ -457,18 +482,22 @@ impl RemoteEngine {
                 return r.map(|(reply, _)| reply).map_err(Retry::into_error);
             }
         }
+        // A write must not be sent twice: on a kept connection the server may
+        // have closed while idle, which is checked first, since a failure
+        // after sending would leave open whether it ran.
+        let replayable = method == "GET";
         let mut conn = match self
             .pool
             .lock()
             .unwrap_or_else(PoisonError::into_inner)
             .pop()
         {
-            Some(c) => c,
-            None => self.open_conn()?,
+            Some(c) if replayable || c.open() => c,
+            _ => self.open_conn()?,
         };
         let (reply, keep) = match exchange(&mut conn, req, waiting) {
             Ok(r) => r,
-            Err(Retry::Yes(_)) if conn.reused => {
+            Err(e) if conn.reused && e.again(replayable) => {
                 conn = self.open_conn()?;
                 exchange(&mut conn, req, waiting).map_err(Retry::into_error)?
             }
@@ -544,15 +573,36 @@ impl RemoteEngine {
 }
 
 enum Retry {
-    /// Failed before any byte of an answer: the request can be sent again.
-    Yes(Error),
+    /// The request was not written whole: the server cannot have run it, and
+    /// it can be sent again.
+    Unsent(Error),
+    /// Written whole, then the connection closed before any byte of an
+    /// answer: the server may or may not have run it. Sent again only when
+    /// running it twice changes nothing (a read).
+    Unanswered(Error),
     No(Error),
 }
 
 impl Retry {
     fn into_error(self) -> Error {
         match self {
-            Retry::Yes(e) | Retry::No(e) => e,
+            Retry::Unsent(e) | Retry::No(e) => e,
+            Retry::Unanswered(e) => Error::engine(
+                ENGINE,
+                format!(
+                    "the connection closed after the request was sent, before any answer \
+                     ({e}): the server may or may not have applied it"
+                ),
+            ),
+        }
+    }
+
+    /// Whether the request can go again on a new connection.
+    fn again(&self, replayable: bool) -> bool {
+        match self {
+            Retry::Unsent(_) => true,
+            Retry::Unanswered(_) => replayable,
+            Retry::No(_) => false,
         }
     }
 }
@@ -643,7 +693,7 @@ fn exchange(
 ) -> std::result::Result<(Reply, bool), Retry> {
     c.buf.clear();
     if let Err(e) = write_request(&mut c.stream, req) {
-        return Err(Retry::Yes(e.into()));
+        return Err(Retry::Unsent(e.into()));
     }
     waiting();
     loop {
@@ -689,7 +739,7 @@ fn exchange(
                 let first = c.buf.is_empty();
                 match read_more(c) {
                     Ok(()) => {}
-                    Err(e) if first => return Err(Retry::Yes(e)),
+                    Err(e) if first => return Err(Retry::Unanswered(e)),
                     Err(e) => return Err(Retry::No(e)),
                 }
             }
@@ -1126,9 +1176,11 @@ impl Storage for RemoteEngine {
             head: &head,
             body: Body::Bytes(b""),
         };
+        // A BEGIN that ran on a connection now gone ended with it: sending it
+        // again is safe.
         let (reply, keep) = match exchange(&mut conn, req, &mut || {}) {
             Ok(r) => r,
-            Err(Retry::Yes(_)) if conn.reused => {
+            Err(e) if conn.reused && e.again(true) => {
                 conn = self.open_conn()?;
                 exchange(&mut conn, req, &mut || {}).map_err(Retry::into_error)?
             }

@@ -9,5 +9,6 @@ mod batch;
 mod cache;
 mod concurrency;
 mod orm;
+mod retry;
 mod tls;
 mod wire;
