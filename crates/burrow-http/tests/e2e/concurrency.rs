@@ -62,6 +62,8 @@ fn concurrent_clients_lose_no_update() -> TestResult {
 struct Slow {
     inner: Arc<dyn Storage>,
     gate: Arc<(std::sync::Mutex<bool>, std::sync::Condvar)>,
+    /// Reads that reached the engine and wait at the gate.
+    waiting: Arc<std::sync::atomic::AtomicUsize>,
 }
 
 impl Storage for Slow {
@@ -107,6 +109,8 @@ impl Storage for Slow {
         let mut open = lock
             .lock()
             .map_err(|_| burrow_core::Error::BadInput("poisoned".into()))?;
+        self.waiting
+            .fetch_add(1, std::sync::atomic::Ordering::SeqCst);
         let deadline = Instant::now() + Duration::from_secs(10);
         while !*open && Instant::now() < deadline {
             open = cv
@@ -158,9 +162,11 @@ impl Storage for Slow {
 fn a_slow_engine_does_not_stall_the_event_loop_and_shutdown_is_graceful() -> TestResult {
     let (_, sqlite) = hosted();
     let gate = Arc::new((std::sync::Mutex::new(false), std::sync::Condvar::new()));
+    let waiting = Arc::new(std::sync::atomic::AtomicUsize::new(0));
     let slow = Arc::new(Slow {
         inner: sqlite,
         gate: gate.clone(),
+        waiting: waiting.clone(),
     });
     let client = Arc::new(Client::open(model(), slow)?);
     client.add(&mut sample(1))?;
@@ -178,6 +184,13 @@ fn a_slow_engine_does_not_stall_the_event_loop_and_shutdown_is_graceful() -> Tes
         let r = raw(addr, "GET", "/root", "", b"SELECT Count(*) FROM Sample");
         assert_eq!(r.json(), serde_json::json!([{"Count(*)":1}]));
     }
+    // All four are in the engine (bounded wait): a count of connections
+    // could include closed ones the server has not reaped yet.
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while waiting.load(std::sync::atomic::Ordering::SeqCst) < 4 && Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    assert_eq!(waiting.load(std::sync::atomic::Ordering::SeqCst), 4);
     assert!(server.connections() >= 4);
     // A graceful shutdown lets the requests in flight finish.
     let stopper = std::thread::spawn(move || server.shutdown());
