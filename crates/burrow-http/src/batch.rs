@@ -676,7 +676,6 @@ fn one_transaction(s: Settings, rows: usize) -> bool {
 /// A batch applied while its body is still being parsed, inside one
 /// transaction that is committed only once the whole body has parsed.
 struct Ahead<'e> {
-    engine: &'e dyn Storage,
     open: Open<'e>,
     settings: Settings,
     rows: usize,
@@ -723,8 +722,10 @@ impl<'e> Speculation<'e> {
                         rows = rows.min(settings.auto_rows);
                     }
                     Speculation::On(Ahead {
-                        engine,
-                        open: Open(Some(engine)),
+                        open: Open {
+                            engine,
+                            ended: false,
+                        },
                         settings,
                         rows: part.ops.len(),
                         results: Vec::with_capacity(rows),
@@ -735,7 +736,7 @@ impl<'e> Speculation<'e> {
             let stop = settings.rollback_on_error || settings.stop_on_error;
             if let Speculation::On(a) = self {
                 if with_items(std::slice::from_ref(part), text, |items| {
-                    a.engine.apply_batch(items, &mut a.results, stop)
+                    a.open.engine.apply_batch(items, &mut a.results, stop)
                 })
                 .is_err()
                 {
@@ -750,14 +751,13 @@ impl<'e> Speculation<'e> {
         a.rows += part.ops.len();
         let fits = settings == a.settings
             && one_transaction(settings, a.rows)
-            && part
-                .ops
-                .iter()
-                .all(|op| admit(op) && route(op.table()).is_ok_and(|e| same_engine(e, a.engine)));
+            && part.ops.iter().all(|op| {
+                admit(op) && route(op.table()).is_ok_and(|e| same_engine(e, a.open.engine))
+            });
         let stop = settings.rollback_on_error || settings.stop_on_error;
         if !fits
             || with_items(std::slice::from_ref(part), text, |items| {
-                a.engine.apply_batch(items, &mut a.results, stop)
+                a.open.engine.apply_batch(items, &mut a.results, stop)
             })
             .is_err()
         {
@@ -766,9 +766,8 @@ impl<'e> Speculation<'e> {
     }
 
     fn undo(&mut self) {
-        if let Speculation::On(a) = std::mem::replace(self, Speculation::Off) {
-            a.open.rollback();
-        }
+        // Dropping the transaction rolls it back.
+        *self = Speculation::Off;
     }
 
     /// The outcome, once the whole body has parsed with these settings;
@@ -778,10 +777,6 @@ impl<'e> Speculation<'e> {
             Speculation::On(a) if a.settings == settings => {
                 Some(a.open.commit().map(|()| a.results))
             }
-            Speculation::On(a) => {
-                a.open.rollback();
-                None
-            }
             _ => None,
         }
     }
@@ -790,24 +785,22 @@ impl<'e> Speculation<'e> {
 /// The transaction of a batch applied ahead. Dropped still open, by a panic
 /// on the applying thread (in a right check, an engine call), it is rolled
 /// back: left open, the engines would keep every other thread out for good.
-struct Open<'e>(Option<&'e dyn Storage>);
+struct Open<'e> {
+    engine: &'e dyn Storage,
+    ended: bool,
+}
 
 impl Open<'_> {
     fn commit(mut self) -> Result<()> {
-        self.0.take().map_or(Ok(()), |e| e.commit())
-    }
-
-    fn rollback(mut self) {
-        if let Some(e) = self.0.take() {
-            let _ = e.rollback();
-        }
+        self.ended = true;
+        self.engine.commit()
     }
 }
 
 impl Drop for Open<'_> {
     fn drop(&mut self) {
-        if let Some(e) = self.0.take() {
-            let _ = e.rollback();
+        if !self.ended {
+            let _ = self.engine.rollback();
         }
     }
 }
