@@ -30,7 +30,7 @@ pub use currency::{Currency, ParseCurrencyError, CURRENCY_SCALE};
 pub use error::{Error, ErrorKind, Result};
 pub use filter::{CmpOp, Expr, Filter, SqlStyle};
 pub use json::{JsonDialect, OwnedRow};
-pub use orm::{apply_batch_items, Orm, Transaction};
+pub use orm::{apply_batch_items, same_engine, Orm, Transaction};
 pub use query::{Query, Select};
 pub use record::{ConvertError, FieldType, Fields, Json, Record, Ref, Row};
 pub use schema::{AutoTime, Column, Field, FieldKind, Table};

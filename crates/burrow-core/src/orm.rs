@@ -298,7 +298,8 @@ fn found<T: Record>(yes: bool, rec: &T) -> Result<()> {
     }
 }
 
-fn same_engine(a: &dyn Storage, b: &dyn Storage) -> bool {
+/// Whether `a` and `b` are the same engine (not merely equal ones).
+pub fn same_engine(a: &dyn Storage, b: &dyn Storage) -> bool {
     std::ptr::addr_eq(a as *const dyn Storage, b as *const dyn Storage)
 }
 

@@ -9,8 +9,9 @@ use std::sync::Arc;
 
 use burrow_core::chrono::{DateTime, Utc};
 use burrow_core::{
-    apply_batch_items, json, AutoTime, BatchItem, BatchOp, BatchOptions, BatchResult, Client,
-    Column, Error, FieldKind, Fields, Model, OwnedRow, Result, Storage, Table, Value, ValueRef,
+    apply_batch_items, json, same_engine, AutoTime, BatchItem, BatchOp, BatchOptions, BatchResult,
+    Client, Column, Error, FieldKind, Fields, Model, OwnedRow, Result, Storage, Table, Value,
+    ValueRef,
 };
 
 use crate::http::status_of;
@@ -678,8 +679,25 @@ fn one_transaction(s: Settings, rows: usize) -> bool {
 struct Ahead<'e> {
     open: Open<'e>,
     settings: Settings,
-    rows: usize,
+    /// One per write applied so far.
     results: Vec<BatchResult>,
+}
+
+/// Whether `part`, after `done` writes, keeps the batch one transaction on
+/// `engine`, every write admitted.
+fn fits<'e>(
+    part: &Part<'_>,
+    settings: Settings,
+    done: usize,
+    engine: &'e dyn Storage,
+    route: &dyn Fn(&'static Table) -> Result<&'e dyn Storage>,
+    admit: &dyn Fn(&Op) -> bool,
+) -> bool {
+    one_transaction(settings, done + part.ops.len())
+        && part
+            .ops
+            .iter()
+            .all(|op| admit(op) && route(op.table()).is_ok_and(|e| same_engine(e, engine)))
 }
 
 enum Speculation<'e> {
@@ -704,16 +722,13 @@ impl<'e> Speculation<'e> {
             let Some(first) = part.ops.first() else {
                 return;
             };
-            // Rights, and the one engine, are checked before the engine is
-            // locked: a refused batch answers without waiting for it.
-            let fits = |engine: &'e dyn Storage| {
-                one_transaction(settings, part.ops.len())
-                    && part.ops.iter().all(|op| {
-                        admit(op) && route(op.table()).is_ok_and(|e| same_engine(e, engine))
-                    })
-            };
             *self = match route(first.table()) {
-                Ok(engine) if fits(engine) && engine.begin().is_ok() => {
+                // The rights, and the one engine, are checked (below) before
+                // the engine is locked: a refused batch answers without
+                // waiting for it.
+                Ok(engine)
+                    if fits(part, settings, 0, engine, route, admit) && engine.begin().is_ok() =>
+                {
                     // One result per write: no write takes fewer than 8
                     // bytes, and the batch has at most `auto_rows`; the
                     // rest, if any, grows as it comes.
@@ -727,39 +742,26 @@ impl<'e> Speculation<'e> {
                             ended: false,
                         },
                         settings,
-                        rows: part.ops.len(),
                         results: Vec::with_capacity(rows),
                     })
                 }
                 _ => Speculation::Off,
             };
-            let stop = settings.rollback_on_error || settings.stop_on_error;
-            if let Speculation::On(a) = self {
-                if with_items(std::slice::from_ref(part), text, |items| {
-                    a.open.engine.apply_batch(items, &mut a.results, stop)
-                })
-                .is_err()
-                {
-                    self.undo();
-                }
+        } else if let Speculation::On(a) = self {
+            if settings != a.settings
+                || !fits(part, settings, a.results.len(), a.open.engine, route, admit)
+            {
+                self.undo();
             }
-            return;
         }
         let Speculation::On(a) = self else {
             return;
         };
-        a.rows += part.ops.len();
-        let fits = settings == a.settings
-            && one_transaction(settings, a.rows)
-            && part.ops.iter().all(|op| {
-                admit(op) && route(op.table()).is_ok_and(|e| same_engine(e, a.open.engine))
-            });
         let stop = settings.rollback_on_error || settings.stop_on_error;
-        if !fits
-            || with_items(std::slice::from_ref(part), text, |items| {
-                a.open.engine.apply_batch(items, &mut a.results, stop)
-            })
-            .is_err()
+        if with_items(std::slice::from_ref(part), text, |items| {
+            a.open.engine.apply_batch(items, &mut a.results, stop)
+        })
+        .is_err()
         {
             self.undo();
         }
@@ -803,10 +805,6 @@ impl Drop for Open<'_> {
             let _ = self.engine.rollback();
         }
     }
-}
-
-fn same_engine(a: &dyn Storage, b: &dyn Storage) -> bool {
-    std::ptr::addr_eq(a as *const dyn Storage, b as *const dyn Storage)
 }
 
 /// What the parsing thread hands over.
