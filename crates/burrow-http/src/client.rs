@@ -1238,6 +1238,15 @@ impl RemoteEngine {
         stop_on_error: bool,
         own_transaction: Option<bool>,
     ) -> Result<(Reply, Vec<Option<Arc<OwnedRow>>>)> {
+        // Rows the batch changes leave the cache before it goes, once (the
+        // body may be encoded twice).
+        for item in items {
+            match item.op {
+                BatchOp::Update { row, .. } => self.cache.flush_id(item.table, row.id()),
+                BatchOp::Delete { id } => self.cache.flush_id(item.table, id),
+                BatchOp::Add { .. } => {}
+            }
+        }
         let write =
             |out: &mut Vec<u8>,
              piece: &mut dyn FnMut(&mut Vec<u8>, bool) -> std::io::Result<()>| {
@@ -1340,12 +1349,10 @@ impl RemoteEngine {
                     json::write_fields(body, &r, None, true, JsonDialect::Exact);
                 }
                 BatchOp::Update { row, fields } => {
-                    self.cache.flush_id(item.table, row.id());
                     verb(body, b"PUT");
                     json::write_fields(body, row, fields, true, JsonDialect::Exact);
                 }
                 BatchOp::Delete { id } => {
-                    self.cache.flush_id(item.table, id);
                     verb(body, b"DELETE");
                     body.extend_from_slice(itoa::Buffer::new().format(id).as_bytes());
                 }
