@@ -123,32 +123,29 @@ impl Pushed {
         })
     }
 
+    /// Its letter in a plan's `idx_str`.
     fn code(self) -> char {
-        match self {
-            Pushed::Cmp(CmpOp::Eq) => '=',
-            Pushed::Cmp(CmpOp::Lt) => '<',
-            Pushed::Cmp(CmpOp::Le) => 'l',
-            Pushed::Cmp(CmpOp::Gt) => '>',
-            Pushed::Cmp(CmpOp::Ge) => 'g',
-            Pushed::Cmp(CmpOp::Ne) => '!',
-            Pushed::IsNull => 'n',
-            Pushed::NotNull => 'N',
-        }
+        PLAN_CODES
+            .iter()
+            .find(|(p, _)| *p == self)
+            .map_or('?', |&(_, c)| c)
     }
 
     fn from_code(c: char) -> Option<Self> {
-        Some(match c {
-            '=' => Pushed::Cmp(CmpOp::Eq),
-            '<' => Pushed::Cmp(CmpOp::Lt),
-            'l' => Pushed::Cmp(CmpOp::Le),
-            '>' => Pushed::Cmp(CmpOp::Gt),
-            'g' => Pushed::Cmp(CmpOp::Ge),
-            'n' => Pushed::IsNull,
-            'N' => Pushed::NotNull,
-            _ => return None,
-        })
+        PLAN_CODES.iter().find(|&&(_, k)| k == c).map(|&(p, _)| p)
     }
 }
+
+/// The operators [`Pushed::of`] gives, and their letters in a plan.
+const PLAN_CODES: [(Pushed, char); 7] = [
+    (Pushed::Cmp(CmpOp::Eq), '='),
+    (Pushed::Cmp(CmpOp::Lt), '<'),
+    (Pushed::Cmp(CmpOp::Le), 'l'),
+    (Pushed::Cmp(CmpOp::Gt), '>'),
+    (Pushed::Cmp(CmpOp::Ge), 'g'),
+    (Pushed::IsNull, 'n'),
+    (Pushed::NotNull, 'N'),
+];
 
 /// Whether an engine orders values of `kind` as SQLite orders their stored
 /// form, so that a range can be pushed. Text is not: SQLite compares bytes,
@@ -456,12 +453,12 @@ impl VirtualCursor<'_> {
 
 /// The constraint value as the column's typed value, or `None` when it cannot
 /// be one (then the cursor scans, and SQLite's own check decides).
-fn key(kind: FieldKind, v: SqlOwned) -> Option<Value> {
+fn key(kind: FieldKind, v: &SqlOwned) -> Option<Value> {
     let v = match v {
-        SqlOwned::Integer(i) => ValueRef::Int(i),
-        SqlOwned::Real(f) => ValueRef::Real(f),
-        SqlOwned::Text(ref t) => ValueRef::Text(t.as_str().into()),
-        SqlOwned::Blob(ref b) => ValueRef::Blob(b),
+        SqlOwned::Integer(i) => ValueRef::Int(*i),
+        SqlOwned::Real(f) => ValueRef::Real(*f),
+        SqlOwned::Text(t) => ValueRef::Text(t.as_str().into()),
+        SqlOwned::Blob(b) => ValueRef::Blob(b),
         SqlOwned::Null => return None,
     };
     let typed = crate::typed(kind, v);
@@ -492,21 +489,16 @@ fn key(kind: FieldKind, v: SqlOwned) -> Option<Value> {
 /// the microsecond, the precision of the servers' timestamp types (they would
 /// round a finer bound).
 fn ranges_like_sqlite(kind: FieldKind, raw: &SqlOwned, v: &Value) -> bool {
-    let mut buf = [0u8; DATETIME_BUF];
-    let SqlOwned::Text(t) = raw else {
-        return !matches!(kind, FieldKind::Date | FieldKind::DateTime);
-    };
-    // Years beyond 0..=9999 are written with a sign, whose text does not sort
-    // with the rest.
-    t.starts_with(|c: char| c.is_ascii_digit())
-        && match v {
-            Value::Date(d) => burrow_core::datetime::write_date(*d, &mut buf) == t,
-            Value::DateTime(d) => {
-                d.timestamp_subsec_nanos() % 1_000 == 0
-                    && burrow_core::datetime::write_datetime(*d, &mut buf) == t
-            }
-            _ => false,
+    use burrow_core::datetime::{is_written_date, is_written_datetime};
+    match (raw, v) {
+        // Text of that shape that parsed reads back as itself; years beyond
+        // 0..=9999 (written with a sign) are not of it.
+        (SqlOwned::Text(t), Value::Date(_)) => is_written_date(t),
+        (SqlOwned::Text(t), Value::DateTime(d)) => {
+            is_written_datetime(t) && d.timestamp_subsec_nanos() % 1_000 == 0
         }
+        _ => !matches!(kind, FieldKind::Date | FieldKind::DateTime),
+    }
 }
 
 /// `column < bound` (or `<=`) on a date or time as SQLite means it on the
@@ -596,7 +588,7 @@ fn pushed_select(
         if raw == SqlOwned::Null {
             return Ok(None);
         }
-        let Some(v) = key(kind, raw.clone()) else {
+        let Some(v) = key(kind, &raw) else {
             continue;
         };
         if cmp != CmpOp::Eq && !ranges_like_sqlite(kind, &raw, &v) {
