@@ -34,5 +34,5 @@ pub use orm::{apply_batch_items, same_engine, Orm, Transaction};
 pub use query::{Query, Select};
 pub use record::{ConvertError, FieldType, Fields, Json, Record, Ref, Row};
 pub use schema::{AutoTime, Column, Field, FieldKind, Table};
-pub use storage::{apply_one, upsert_by_update, BatchItem, BatchOp, BatchResult, Storage};
+pub use storage::{apply_one, BatchItem, BatchOp, BatchResult, Storage};
 pub use value::{Value, ValueRef};

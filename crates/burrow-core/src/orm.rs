@@ -126,7 +126,7 @@ pub trait Orm: Send + Sync {
             .any(|i| created(&i))
             .then(|| all.clone().filter(|i| !created(i)).collect());
         let engine = self.route(table)?;
-        let added = engine.upsert(table, rec, written.as_deref())?;
+        let added = upsert(engine, table, rec, written.as_deref())?;
         if !added && written.is_some() {
             let id = rec.id();
             engine.retrieve(table, id, &mut |row| {
@@ -295,6 +295,33 @@ fn found<T: Record>(yes: bool, rec: &T) -> Result<()> {
             table: T::table().name,
             id: rec.id(),
         })
+    }
+}
+
+/// Writes `row` under its ID: an update of `fields` (`None`: all), else an
+/// insert with the ID; returns whether it inserted. Should another writer
+/// insert the same ID in between, the insert fails as a unique violation and
+/// the update is tried again; a unique violation on another column is
+/// returned as it is.
+fn upsert(
+    engine: &dyn Storage,
+    table: &'static Table,
+    row: &dyn crate::record::Fields,
+    fields: Option<&[usize]>,
+) -> Result<bool> {
+    if engine.update(table, row, fields)? {
+        return Ok(false);
+    }
+    match engine.insert(table, Some(row.id()), row) {
+        Ok(_) => Ok(true),
+        Err(e) if e.kind() == crate::ErrorKind::UniqueViolation => {
+            if engine.update(table, row, fields)? {
+                Ok(false)
+            } else {
+                Err(e)
+            }
+        }
+        Err(e) => Err(e),
     }
 }
 

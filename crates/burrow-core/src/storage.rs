@@ -91,19 +91,6 @@ pub trait Storage: Send + Sync {
         fields: Option<&[usize]>,
     ) -> Result<bool>;
 
-    /// Writes `row` under its ID (which must not be 0): inserts it when no row
-    /// has that ID, else updates the listed fields (`None`: all). Returns
-    /// whether it was inserted. Engines with a one-statement upsert use it;
-    /// the default is [`upsert_by_update`].
-    fn upsert(
-        &self,
-        table: &'static Table,
-        row: &dyn Fields,
-        fields: Option<&[usize]>,
-    ) -> Result<bool> {
-        upsert_by_update(self, table, row, fields)
-    }
-
     /// Deletes a row; returns whether it existed.
     fn delete(&self, table: &'static Table, id: i64) -> Result<bool>;
 
@@ -235,38 +222,6 @@ pub trait Storage: Send + Sync {
 
     /// Whether the calling thread has a transaction open on this engine.
     fn in_transaction(&self) -> bool;
-}
-
-/// [`Storage::upsert`] in row-at-a-time calls: an update, and an insert when
-/// no row had the ID. Should another writer insert the same ID in between,
-/// the insert fails as a unique violation and the update is tried again; a
-/// unique violation on another column is returned as it is.
-pub fn upsert_by_update<S: Storage + ?Sized>(
-    engine: &S,
-    table: &'static Table,
-    row: &dyn Fields,
-    fields: Option<&[usize]>,
-) -> Result<bool> {
-    if row.id() == 0 {
-        return Err(Error::BadInput(format!(
-            "an upsert into {} needs the row's ID; 0 is no ID",
-            table.name
-        )));
-    }
-    if engine.update(table, row, fields)? {
-        return Ok(false);
-    }
-    match engine.insert(table, Some(row.id()), row) {
-        Ok(_) => Ok(true),
-        Err(e) if e.kind() == crate::ErrorKind::UniqueViolation => {
-            if engine.update(table, row, fields)? {
-                Ok(false)
-            } else {
-                Err(e)
-            }
-        }
-        Err(e) => Err(e),
-    }
 }
 
 /// Applies one batch item through the row-at-a-time calls of `engine`.
