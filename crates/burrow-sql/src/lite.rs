@@ -7,10 +7,9 @@
 
 use std::time::Duration;
 
-use burrow_core::chrono::{DateTime, Utc};
-use burrow_core::datetime::{write_datetime, DATETIME_BUF};
+use burrow_core::datetime::DATETIME_BUF;
 use burrow_core::{Error, Result, ValueRef};
-use burrow_sqlite::{KeptConnection, KeptStatement};
+use burrow_sqlite::{KeptConnection, KeptStatement, TimeText};
 use rusqlite::types::ValueRef as SqlValue;
 use rusqlite::Connection;
 
@@ -106,23 +105,10 @@ fn classify(e: rusqlite::Error) -> DbError {
 
 fn bind(stmt: &mut KeptStatement<'_>, params: &[ValueRef<'_>]) -> rusqlite::Result<()> {
     let mut buf = [0u8; DATETIME_BUF];
-    // A record's creation and modification times are mostly one instant:
-    // its text is written once for both.
-    let mut time_buf = [0u8; DATETIME_BUF];
-    let mut time: Option<(DateTime<Utc>, usize)> = None;
+    let mut times = TimeText::default();
     for (i, v) in params.iter().enumerate() {
         let out = match v {
-            ValueRef::DateTime(t) => {
-                let len = match time {
-                    Some((at, len)) if at == *t => len,
-                    _ => {
-                        let len = write_datetime(*t, &mut time_buf).len();
-                        time = Some((*t, len));
-                        len
-                    }
-                };
-                SqlValue::Text(&time_buf[..len])
-            }
+            ValueRef::DateTime(t) => SqlValue::Text(times.text(*t)),
             v => burrow_sqlite::stored(v, &mut buf)?,
         };
         stmt.bind_stored(i + 1, out)?;

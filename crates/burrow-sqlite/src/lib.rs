@@ -86,15 +86,28 @@ struct Inner {
 #[allow(unsafe_code)]
 unsafe impl Send for Inner {}
 
-/// A date-time and its text form.
-struct TimeText {
+/// The text form of the last date-time written: a record's creation and
+/// modification times are mostly one instant, and rows of a batch share it,
+/// so it is written once for all of them.
+pub struct TimeText {
     at: Option<DateTime<Utc>>,
     buf: [u8; DATETIME_BUF],
     len: usize,
 }
 
+impl Default for TimeText {
+    fn default() -> Self {
+        TimeText {
+            at: None,
+            buf: [0; DATETIME_BUF],
+            len: 0,
+        }
+    }
+}
+
 impl TimeText {
-    fn text(&mut self, t: DateTime<Utc>) -> &[u8] {
+    /// `t` as the ISO text SQLite stores.
+    pub fn text(&mut self, t: DateTime<Utc>) -> &[u8] {
         if self.at != Some(t) {
             self.len = write_datetime(t, &mut self.buf).len();
             self.at = Some(t);
@@ -145,11 +158,7 @@ impl SqliteEngine {
                 tables: Vec::new(),
                 conn: Box::new(conn),
                 owner: None,
-                last_time: TimeText {
-                    at: None,
-                    buf: [0; DATETIME_BUF],
-                    len: 0,
-                },
+                last_time: TimeText::default(),
             }),
             tx_ended: Condvar::new(),
             options,
