@@ -47,12 +47,21 @@ impl FieldKind {
     /// date-time is wanted and back) as this kind's typed value; `None` when
     /// `v` needs no change or is not one of those forms (the reader's own
     /// conversion then decides).
+    ///
+    /// Inlined down to the kind test, which readers pay per field of every
+    /// row; the conversion itself stays out of line.
+    #[inline]
     pub fn typed(self, v: &crate::ValueRef<'_>) -> Option<crate::ValueRef<'static>> {
-        use crate::datetime::{parse_date, parse_datetime};
-        use crate::ValueRef as V;
         if !self.has_stored_form() {
             return None;
         }
+        self.converted(v)
+    }
+
+    #[inline(never)]
+    fn converted(self, v: &crate::ValueRef<'_>) -> Option<crate::ValueRef<'static>> {
+        use crate::datetime::{parse_date, parse_datetime};
+        use crate::ValueRef as V;
         Some(match (self, v) {
             (FieldKind::Currency, V::Int(i)) => V::Currency(crate::Currency::from_scaled(*i)),
             (FieldKind::Bool, V::Int(i)) => V::Bool(*i != 0),

@@ -109,14 +109,7 @@ impl Row for TypedRow<'_> {
             .fields
             .get(idx)
             .ok_or_else(|| Error::BadInput(format!("no field #{idx}")))?;
-        let v = self.raw.value(idx + 1)?;
-        // The conversion call is paid per field of every row read: skipped for
-        // the kinds stored as they are.
-        Ok(if f.kind.has_stored_form() {
-            typed(f.kind, v)
-        } else {
-            v
-        })
+        Ok(typed(f.kind, self.raw.value(idx + 1)?))
     }
 
     fn written_text(&self, idx: usize) -> Option<&str> {
