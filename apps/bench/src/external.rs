@@ -13,7 +13,7 @@ use std::path::Path;
 use std::sync::Arc;
 
 use burrow::chrono::{DateTime, NaiveDate, NaiveDateTime, Utc};
-use burrow::datetime::{parse_date, parse_datetime};
+use burrow::driver::datetime::{parse_date, parse_datetime};
 use burrow::sqlite::{SqliteEngine, Synchronous};
 use burrow::{Client, Currency, Model, Value};
 use burrow_sql::mysql::prelude::Queryable;
@@ -171,18 +171,24 @@ fn sqlite_url(path: Option<&Path>, sync: Synchronous, exclusive: bool) -> String
     }
 }
 
-/// PostgreSQL and MariaDB URLs from the environment, with a note when unset.
-fn server_url(var: &str, example: &str) -> Option<String> {
-    match std::env::var(var) {
-        Ok(u) if !u.is_empty() => Some(u),
-        _ => {
-            eprintln!(
-                "burrow-bench: {var} is not set, so its rows are left out (e.g. {var}={example})"
-            );
-            None
-        }
-    }
+/// A PostgreSQL or MariaDB URL from the environment; `None` when unset.
+fn server_url(var: &str) -> Option<String> {
+    std::env::var(var).ok().filter(|u| !u.is_empty())
 }
+
+/// The variable that names each server row's database, and an example.
+pub const SERVER_URLS: [(&str, &str, &str); 2] = [
+    (
+        "postgres",
+        "BURROW_POSTGRES_URL",
+        "postgres://postgres@127.0.0.1:5432/test",
+    ),
+    (
+        "mariadb",
+        "BURROW_MARIADB_URL",
+        "mysql://root@127.0.0.1:3306/test",
+    ),
+];
 
 /// The external engine's rows.
 pub fn external_engines() -> Vec<EngineSpec> {
@@ -233,10 +239,7 @@ pub fn external_engines() -> Vec<EngineSpec> {
             })),
         })
         .collect();
-    if let Some(url) = server_url(
-        "BURROW_POSTGRES_URL",
-        "postgres://postgres@127.0.0.1:5432/test",
-    ) {
+    if let Some(url) = server_url(SERVER_URLS[0].1) {
         let raw_url = url.clone();
         all.push(EngineSpec {
             id: "postgres",
@@ -266,7 +269,7 @@ pub fn external_engines() -> Vec<EngineSpec> {
             })),
         });
     }
-    if let Some(url) = server_url("BURROW_MARIADB_URL", "mysql://root@127.0.0.1:3306/test") {
+    if let Some(url) = server_url(SERVER_URLS[1].1) {
         let raw_url = url.clone();
         all.push(EngineSpec {
             id: "mariadb",

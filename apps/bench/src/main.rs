@@ -32,11 +32,11 @@ use crate::targets::{sqlite_engines, EngineSpec, Mode, ALL_MODES};
 #[command(name = "burrow-bench", version)]
 struct Args {
     /// Engine configurations to run, comma-separated, or `all` (default: the
-    /// embedded ones, which need no server: SQLite, memory, external SQLite).
+    /// embedded ones, which need no server: SQLite, memory, external SQLite;
+    /// the list is below).
     #[arg(long, value_delimiter = ',')]
     engines: Vec<String>,
-    /// Modes to run, comma-separated (default: all): direct, batch, trans,
-    /// batch-trans, by-one, all-virtual, all-direct.
+    /// Modes to run, comma-separated (default: all; the list is below).
     #[arg(long, value_delimiter = ',')]
     modes: Vec<String>,
     /// Objects per cell.
@@ -68,7 +68,19 @@ struct Cell {
 }
 
 fn main() -> ExitCode {
-    let args = Args::parse();
+    use clap::{CommandFactory, FromArgMatches};
+    let modes: Vec<&str> = ALL_MODES.iter().map(|m| m.id()).collect();
+    let help = format!(
+        "Engines: {} (remote-http, postgres and mariadb need a server: `all` adds them; \
+         postgres and mariadb read BURROW_POSTGRES_URL and BURROW_MARIADB_URL).\nModes: {}.",
+        engine_ids(),
+        modes.join(", ")
+    );
+    let matches = Args::command().after_help(help).get_matches();
+    let args = match Args::from_arg_matches(&matches) {
+        Ok(a) => a,
+        Err(e) => e.exit(),
+    };
     match run(&args) {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
@@ -97,20 +109,44 @@ fn pick_engines(names: &[String]) -> Result<Vec<EngineSpec>, String> {
         all.retain(|e| !NEEDS_SERVER.contains(&e.id));
         return Ok(all);
     }
-    if names.len() == 1 && names[0].trim() == "all" {
+    let every = names.len() == 1 && names[0].trim() == "all";
+    let missing_url = |id: &str| {
+        external::SERVER_URLS
+            .iter()
+            .find(|(row, var, _)| *row == id && std::env::var(var).map_or(true, |u| u.is_empty()))
+    };
+    if every {
+        for (row, var, example) in external::SERVER_URLS {
+            if missing_url(row).is_some() {
+                eprintln!("burrow-bench: {var} is not set, so the {row} rows are left out (e.g. {var}={example})");
+            }
+        }
         return Ok(all);
     }
-    let ids: Vec<&str> = all.iter().map(|e| e.id).collect();
     for n in names {
-        if !ids.contains(&n.trim()) {
+        let n = n.trim();
+        if let Some((_, var, example)) = missing_url(n) {
             return Err(format!(
-                "unknown engine {n:?}; available: {}",
-                ids.join(", ")
+                "engine {n:?} needs its database: set {var} (e.g. {var}={example})"
             ));
+        }
+        if !all.iter().any(|e| e.id == n) {
+            return Err(format!("unknown engine {n:?}; available: {}", engine_ids()));
         }
     }
     all.retain(|e| names.iter().any(|n| n.trim() == e.id));
     Ok(all)
+}
+
+/// Every engine id, those needing a database server included.
+fn engine_ids() -> String {
+    let mut ids: Vec<&str> = all_engines().iter().map(|e| e.id).collect();
+    for (row, _, _) in external::SERVER_URLS {
+        if !ids.contains(&row) {
+            ids.push(row);
+        }
+    }
+    ids.join(", ")
 }
 
 fn pick_modes(names: &[String]) -> Result<Vec<Mode>, String> {
@@ -139,8 +175,14 @@ fn run(args: &Args) -> Result<(), String> {
     let engines = pick_engines(&args.engines)?;
     let modes = pick_modes(&args.modes)?;
     let dir = tempfile::tempdir().map_err(|e| format!("cannot create a temporary folder: {e}"))?;
-    let cells_per_engine = modes.len() * 2;
-    let bar = ProgressBar::new((engines.len() * cells_per_engine * args.repeat) as u64);
+    let cells: usize = engines
+        .iter()
+        .map(|e| {
+            let sides = if e.raw.is_some() { 2 } else { 1 };
+            modes.iter().filter(|m| e.modes.contains(m)).count() * sides
+        })
+        .sum();
+    let bar = ProgressBar::new((cells * args.repeat) as u64);
     bar.set_style(
         ProgressStyle::with_template("{bar:40} {pos}/{len} {msg}").map_err(|e| e.to_string())?,
     );
@@ -368,6 +410,9 @@ fn report(args: &Args, engines: &[EngineSpec], cells: &[Cell]) -> String {
         ("Insertion speed (objects/second)", &Mode::INSERTS[..]),
         ("Read speed (objects/second)", &Mode::READS[..]),
     ] {
+        if !cells.iter().any(|c| modes.contains(&c.mode)) {
+            continue;
+        }
         let _ = writeln!(out, "## {title}\n");
         let heads: Vec<_> = modes.iter().map(|m| m.title()).collect();
         let _ = writeln!(out, "| engine | {} |", heads.join(" | "));

@@ -6,9 +6,10 @@ use std::path::Path;
 use std::sync::Arc;
 use std::time::Instant;
 
+use burrow::driver::{Filter, RowOps, Select};
 use burrow::memory::{MemoryEngine, MemoryOptions};
 use burrow::sqlite::SqliteEngine;
-use burrow::{Batch, Client, Filter, Model, Orm, Record, Select, Storage};
+use burrow::{Batch, Client, Model, Orm, Record};
 
 use crate::sample::{make_all, Sample};
 use crate::targets::{EngineSpec, Mode, Native, OrmTarget, Stats, Target, UNCACHED_MODES};

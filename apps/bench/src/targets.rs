@@ -5,7 +5,9 @@ use std::path::Path;
 use std::sync::Arc;
 
 use burrow::chrono::Utc;
-use burrow::datetime::{parse_date, parse_datetime, write_date, write_datetime, DATETIME_BUF};
+use burrow::driver::datetime::{
+    parse_date, parse_datetime, write_date, write_datetime, DATETIME_BUF,
+};
 use burrow::sqlite::rusqlite::{self, params, Connection};
 use burrow::sqlite::{SqliteEngine, SqliteOptions, Synchronous};
 use burrow::{Batch, Client, Currency, Model, Orm, Query};
@@ -156,16 +158,16 @@ impl Target for OrmTarget {
                 Ok(ids)
             }
             Mode::Batch | Mode::BatchTrans => {
-                let tx = match mode {
-                    Mode::BatchTrans => Some(c.transaction().map_err(err)?),
-                    _ => None,
-                };
                 let mut batch = Batch::new();
                 batch.add_all(std::mem::take(rows));
-                let results = c.send(&mut batch).map_err(err)?;
-                if let Some(tx) = tx {
+                let results = if mode == Mode::BatchTrans {
+                    let tx = c.transaction().map_err(err)?;
+                    let results = tx.send(&mut batch).map_err(err)?;
                     tx.commit().map_err(err)?;
-                }
+                    results
+                } else {
+                    c.send(&mut batch).map_err(err)?
+                };
                 results
                     .iter()
                     .map(|r| r.id().ok_or_else(|| format!("batch item failed: {r:?}")))

@@ -2,11 +2,13 @@
 
 use std::sync::Arc;
 
+use crate::batch::BatchOptions;
 use crate::error::{Error, Result};
 use crate::orm::Orm;
 use crate::record::Record;
 use crate::schema::Table;
-use crate::storage::Storage;
+use crate::storage::{BatchItem, BatchResult, RowOps, SqlHost, Storage};
+use crate::transaction::{self, Transaction};
 
 /// The tables of an application.
 #[derive(Debug, Clone, Default)]
@@ -55,9 +57,16 @@ impl Model {
 ///     .place::<Session>(memory)         // this one in the memory engine
 ///     .open()?;                         // creates or upgrades the tables
 /// ```
+///
+/// Every call made on the client is its own transaction on the engine that
+/// holds the table. [`Client::transaction`] opens one over every engine of
+/// the model, as a value the calls of that unit of work go through.
 pub struct Client {
     model: Model,
     routes: Vec<(&'static Table, usize)>,
+    /// In the one order every client takes engines in (see
+    /// [`transaction::engine_order`]), so that transactions over several
+    /// engines never wait for each other in a circle.
     engines: Vec<Arc<dyn Storage>>,
     /// The default engine, which runs SQL over every table.
     sql: Option<usize>,
@@ -90,31 +99,102 @@ impl Client {
             .find(|(t, _)| t.name.eq_ignore_ascii_case(name))
             .map(|(_, e)| &self.engines[*e])
     }
-}
 
-impl Orm for Client {
-    fn route(&self, table: &'static Table) -> Result<&dyn Storage> {
+    /// The engine that holds `table`.
+    pub fn engine(&self, table: &'static Table) -> Result<&Arc<dyn Storage>> {
+        self.engine_index(table).map(|e| &self.engines[e])
+    }
+
+    /// Every engine of the model, each once, in the order transactions take them.
+    pub fn engines(&self) -> &[Arc<dyn Storage>] {
+        &self.engines
+    }
+
+    #[inline]
+    pub(crate) fn engine_index(&self, table: &'static Table) -> Result<usize> {
         // A model has a handful of tables: a scan by address beats hashing.
         for (t, e) in &self.routes {
             if std::ptr::eq(*t, table) {
-                return Ok(self.engines[*e].as_ref());
+                return Ok(*e);
             }
         }
+        self.engine_index_by_name(table)
+    }
+
+    /// Another version of a record with the same table: found by definition.
+    #[cold]
+    fn engine_index_by_name(&self, table: &'static Table) -> Result<usize> {
         self.routes
             .iter()
             .find(|(t, _)| t.same(table))
-            .map(|(_, e)| self.engines[*e].as_ref())
+            .map(|(_, e)| *e)
             .ok_or_else(|| Error::UnknownTable(table.name.to_owned()))
     }
 
-    fn engines(&self, f: &mut dyn FnMut(&dyn Storage) -> Result<()>) -> Result<()> {
-        self.engines.iter().try_for_each(|e| f(e.as_ref()))
+    /// The error of SQL asked of engine `e`, which runs none.
+    pub(crate) fn no_sql(&self, e: usize) -> Error {
+        Error::Unsupported(format!(
+            "the {} engine does not run SQL",
+            self.engines[e].caps().name
+        ))
     }
 
-    fn sql_engine(&self) -> Result<&dyn Storage> {
+    pub(crate) fn sql_index(&self) -> Result<usize> {
         self.sql
-            .map(|i| self.engines[i].as_ref())
             .ok_or_else(|| Error::Unsupported("the client has no default engine to run SQL".into()))
+    }
+
+    /// Begins a transaction on every engine of the model, in the one fixed
+    /// order all clients use. Calls go through the returned handle, which
+    /// commits when consumed by [`Transaction::commit`] and rolls back when
+    /// dropped. A transaction has no `transaction` method, so nesting one
+    /// does not compile; a second transaction begun on the client while
+    /// this one is open waits for it, at most the engines' lock timeout
+    /// ([`Error::Busy`]).
+    pub fn transaction(&self) -> Result<Transaction<'_>> {
+        Transaction::begin(transaction::ClientRef::Borrowed(self))
+    }
+
+    /// [`Client::transaction`] on a shared client: the handle owns its
+    /// reference, so it can be kept between calls (a server keeps one per
+    /// connection between `BEGIN` and `END`).
+    pub fn transaction_shared(self: &Arc<Self>) -> Result<Transaction<'static>> {
+        Transaction::begin(transaction::ClientRef::Shared(self.clone()))
+    }
+
+    /// Runs `f` in a transaction: committed when it returns `Ok`, rolled back
+    /// when it returns an error or panics.
+    pub fn in_transaction<R>(&self, f: impl FnOnce(&Transaction<'_>) -> Result<R>) -> Result<R> {
+        let tx = self.transaction()?;
+        let r = f(&tx)?;
+        tx.commit()?;
+        Ok(r)
+    }
+}
+
+impl Orm for Client {
+    #[inline]
+    fn route(&self, table: &'static Table) -> Result<&dyn RowOps> {
+        let e = self.engine_index(table)?;
+        Ok(&*self.engines[e] as &dyn RowOps)
+    }
+
+    fn sql_host(&self) -> Result<&dyn SqlHost> {
+        let e = self.sql_index()?;
+        self.engines[e].sql_host().ok_or_else(|| self.no_sql(e))
+    }
+
+    fn apply_items(
+        &self,
+        items: &[BatchItem<'_>],
+        options: BatchOptions,
+        stop_on_error: bool,
+    ) -> Result<Vec<BatchResult>> {
+        let mut engines = Vec::with_capacity(items.len());
+        for item in items {
+            engines.push(self.engine_index(item.table)?);
+        }
+        transaction::run_batch(&self.engines, items, &engines, options, stop_on_error)
     }
 }
 
@@ -175,6 +255,14 @@ impl ClientBuilder {
             )));
         }
         let sql = self.default.as_ref().map(&mut index_of);
+        // Engines in the global order; routes follow them.
+        let mut order: Vec<usize> = (0..engines.len()).collect();
+        order.sort_by_key(|&i| transaction::engine_order(&engines[i]));
+        let engines: Vec<Arc<dyn Storage>> = order.iter().map(|&i| engines[i].clone()).collect();
+        let new_index = |old: usize| order.iter().position(|&i| i == old).expect("every index");
+        let routes: Vec<(&'static Table, usize)> =
+            routes.into_iter().map(|(t, e)| (t, new_index(e))).collect();
+        let sql = sql.map(new_index);
         for (table, e) in &routes {
             engines[*e].ensure_table(table)?;
         }
@@ -182,7 +270,9 @@ impl ClientBuilder {
         if let Some(main) = sql {
             for (table, e) in &routes {
                 if *e != main {
-                    engines[main].expose(table, engines[*e].clone())?;
+                    if let Some(host) = engines[main].sql_host() {
+                        host.expose(table, engines[*e].clone())?;
+                    }
                 }
             }
         }

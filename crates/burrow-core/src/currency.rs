@@ -8,8 +8,16 @@ use std::str::FromStr;
 ///
 /// Sums never drift the way `f64` does: `0.1 + 0.2` is exactly `0.3`. SQL engines
 /// store the scaled integer, so sorting and equality in SQL are exact too.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Default)]
+#[derive(Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Default)]
 pub struct Currency(i64);
+
+/// The amount, as `Display` writes it (`Currency(3.75)`), not the scaled
+/// integer inside.
+impl fmt::Debug for Currency {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "Currency({self})")
+    }
+}
 
 /// The scale of [`Currency`]: four decimals.
 pub const CURRENCY_SCALE: i64 = 10_000;

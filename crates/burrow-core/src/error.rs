@@ -21,6 +21,9 @@ pub enum ErrorKind {
     Schema,
     /// The engine or the operating system failed.
     Engine,
+    /// Another transaction held the engine for longer than the lock timeout;
+    /// nothing was done, and the same call may succeed later.
+    Busy,
 }
 
 /// Everything that can go wrong in Burrow.
@@ -63,8 +66,16 @@ pub enum Error {
     InvalidWhere(String),
     /// Any other invalid request, with the reason.
     BadInput(String),
-    /// Misuse of a transaction: nested begin, commit without begin.
+    /// Misuse of a transaction, such as a call through one that has ended.
     Transaction(&'static str),
+    /// Another transaction held the engine for longer than `waited`; nothing
+    /// was done.
+    Busy {
+        /// The engine's name.
+        engine: &'static str,
+        /// How long the call waited.
+        waited: std::time::Duration,
+    },
     /// The engine cannot do this (an operation it does not support).
     Unsupported(String),
     /// The stored schema disagrees with the declared one.
@@ -101,6 +112,7 @@ impl Error {
             | Error::Transaction(_)
             | Error::Unsupported(_) => ErrorKind::BadInput,
             Error::Schema(_) => ErrorKind::Schema,
+            Error::Busy { .. } => ErrorKind::Busy,
             Error::Batch { source, .. } => source.kind(),
             Error::Engine { .. } | Error::Io(_) => ErrorKind::Engine,
         }
@@ -140,6 +152,12 @@ impl fmt::Display for Error {
             Error::InvalidWhere(m) => write!(f, "invalid WHERE clause: {m}"),
             Error::BadInput(m) => write!(f, "bad input: {m}"),
             Error::Transaction(m) => write!(f, "transaction: {m}"),
+            Error::Busy { engine, waited } => write!(
+                f,
+                "{engine} engine busy: another transaction held it for more than {} ms \
+                 (on one thread, use the open transaction's handle instead of a second one)",
+                waited.as_millis()
+            ),
             Error::Unsupported(m) => write!(f, "unsupported: {m}"),
             Error::Schema(m) => write!(f, "schema mismatch: {m}"),
             Error::Batch { index, source } => write!(f, "batch item {index} failed: {source}"),

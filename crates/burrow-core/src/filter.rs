@@ -111,6 +111,8 @@ impl Filter {
     pub fn parse(table: &Table, text: &str, params: &[Value]) -> Result<Filter> {
         let mut p = Parser {
             table,
+            depth: 0,
+            terms: 0,
             toks: tokenize(text)?,
             pos: 0,
             given: params,
@@ -398,6 +400,16 @@ fn tokenize(s: &str) -> Result<Vec<Tok>> {
                 toks.push(Tok::Ident(s[i + 1..i + 1 + end].to_owned()));
                 i += end + 2;
             }
+            b'x' | b'X' if b.get(i + 1) == Some(&b'\'') => {
+                // A blob, as SQL writes one: x'0aff'.
+                let end = b[i + 2..]
+                    .iter()
+                    .position(|&x| x == b'\'')
+                    .map(|e| i + 2 + e)
+                    .ok_or_else(|| bad("unterminated x'…' blob".into()))?;
+                toks.push(Tok::Lit(Value::Blob(hex_blob(&s[i + 2..end])?)));
+                i = end + 1;
+            }
             c if c.is_ascii_alphabetic() || c == b'_' => {
                 let end = b[i..]
                     .iter()
@@ -413,6 +425,21 @@ fn tokenize(s: &str) -> Result<Vec<Tok>> {
         }
     }
     Ok(toks)
+}
+
+fn hex_blob(hex: &str) -> Result<Vec<u8>> {
+    let h = hex.as_bytes();
+    if h.len() % 2 != 0 {
+        return Err(bad("an x'…' blob needs an even number of hex digits".into()));
+    }
+    h.chunks(2)
+        .map(|pair| {
+            std::str::from_utf8(pair)
+                .ok()
+                .and_then(|p| u8::from_str_radix(p, 16).ok())
+                .ok_or_else(|| bad(format!("{hex:?} is not hexadecimal")))
+        })
+        .collect()
 }
 
 fn string_lit(s: &str, open: usize) -> Result<(String, usize)> {
@@ -447,8 +474,23 @@ fn number(t: &str) -> Result<Value> {
     }
 }
 
+/// How deep parentheses and `NOT`s may nest in a WHERE clause: the parser,
+/// the evaluator and the SQL writer recurse once per level, and a hostile
+/// clause must get an error, not overflow the stack.
+pub const MAX_WHERE_DEPTH: usize = 64;
+/// How many comparisons a WHERE clause may hold: SQLite parses an `OR` chain
+/// as a tree as deep as it is long, and refuses one deeper than 1,000.
+pub const MAX_WHERE_TERMS: usize = 500;
+/// How many values a WHERE clause may bind (an `IN` list counts each of its
+/// values); below every engine's own limit on parameters.
+pub const MAX_WHERE_VALUES: usize = 10_000;
+
 struct Parser<'a> {
     table: &'a Table,
+    /// Parentheses and `NOT`s open around the current position.
+    depth: usize,
+    /// Comparisons read so far.
+    terms: usize,
     toks: Vec<Tok>,
     pos: usize,
     given: &'a [Value],
@@ -515,18 +557,42 @@ impl Parser<'_> {
     }
 
     fn factor(&mut self) -> Result<Expr> {
-        if self.eat_kw("not") {
-            return Ok(Expr::Not(Box::new(self.factor()?)));
-        }
-        if self.eat_punct("(") {
-            let e = self.expr()?;
-            self.expect_punct(")")?;
+        let not = self.eat_kw("not");
+        if not || self.eat_punct("(") {
+            self.depth += 1;
+            if self.depth > MAX_WHERE_DEPTH {
+                return Err(bad(format!(
+                    "parentheses and NOTs nest deeper than {MAX_WHERE_DEPTH} levels"
+                )));
+            }
+            let e = if not {
+                Expr::Not(Box::new(self.factor()?))
+            } else {
+                let e = self.expr()?;
+                self.expect_punct(")")?;
+                e
+            };
+            self.depth -= 1;
             return Ok(e);
+        }
+        self.terms += 1;
+        if self.terms > MAX_WHERE_TERMS {
+            return Err(bad(format!(
+                "more than {MAX_WHERE_TERMS} comparisons in one WHERE clause"
+            )));
         }
         self.predicate()
     }
 
     fn predicate(&mut self) -> Result<Expr> {
+        if let (Some(Tok::Ident(name)), Some(Tok::Punct("("))) =
+            (self.toks.get(self.pos), self.toks.get(self.pos + 1))
+        {
+            return Err(bad(format!(
+                "{name}(…): functions are not supported in a WHERE clause, only fields, \
+                 values and operators"
+            )));
+        }
         let (col, kind) = match self.peek() {
             Some(Tok::Ident(name)) if !KEYWORDS.iter().any(|k| name.eq_ignore_ascii_case(k)) => {
                 let col = self.table.column(name).ok_or_else(|| Error::UnknownField {
@@ -633,6 +699,11 @@ impl Parser<'_> {
             _ => return Err(bad(format!("expected a value, found {}", self.found()))),
         };
         self.pos += 1;
+        if self.params.len() >= MAX_WHERE_VALUES {
+            return Err(bad(format!(
+                "more than {MAX_WHERE_VALUES} values in one WHERE clause"
+            )));
+        }
         if raw == Value::Null {
             return Err(bad(format!(
                 "NULL parameter for {}: use IS NULL or IS NOT NULL",
@@ -699,6 +770,35 @@ mod test {
                 Value::Int(7)
             ]
         );
+        Ok(())
+    }
+
+    /// A clause nested thousands of levels deep overflowed the parser's stack
+    /// and aborted the process; each limit is now an error that says which.
+    #[test]
+    fn hostile_sizes_are_refused_not_overflowed() -> Result<()> {
+        let deep = format!("{}Age = 1{}", "(".repeat(2_500), ")".repeat(2_500));
+        let nots = format!("{}Age = 1", "NOT ".repeat(20_000));
+        for text in [&deep, &nots] {
+            let e = Filter::parse(&T, text, &[]).unwrap_err();
+            assert!(matches!(e, Error::InvalidWhere(_)), "{e:?}");
+            assert!(e.to_string().contains("nest deeper"), "{e}");
+        }
+        let at_limit = format!(
+            "{}Age = 1{}",
+            "(".repeat(MAX_WHERE_DEPTH),
+            ")".repeat(MAX_WHERE_DEPTH)
+        );
+        Filter::parse(&T, &at_limit, &[])?;
+        let ors = vec!["Age = 1"; MAX_WHERE_TERMS + 1].join(" OR ");
+        let e = Filter::parse(&T, &ors, &[]).unwrap_err();
+        assert!(e.to_string().contains("comparisons"), "{e}");
+        Filter::parse(&T, &vec!["Age = 1"; MAX_WHERE_TERMS].join(" OR "), &[])?;
+        let values = vec!["1"; MAX_WHERE_VALUES + 1].join(",");
+        let e = Filter::parse(&T, &format!("Age IN ({values})"), &[]).unwrap_err();
+        assert!(e.to_string().contains("values"), "{e}");
+        let e = Filter::parse(&T, "lower(Name) = 'x'", &[]).unwrap_err();
+        assert!(e.to_string().contains("functions are not supported"), "{e}");
         Ok(())
     }
 

@@ -30,7 +30,7 @@ use chrono::{DateTime, Datelike, NaiveDate, NaiveTime, TimeZone, Timelike, Utc};
 use crate::currency::{Currency, CURRENCY_SCALE};
 use crate::datetime::{parse_date, parse_datetime, write_date, write_datetime, DATETIME_BUF};
 use crate::error::{Error, Result};
-use crate::record::{Fields, Row};
+use crate::record::{ConvertError, FieldType, Fields, Row};
 use crate::schema::{AutoTime, Column, Field, FieldKind, Table};
 use crate::value::{Value, ValueRef};
 
@@ -150,18 +150,45 @@ fn write_i64(out: &mut Vec<u8>, v: i64) {
     out.extend_from_slice(itoa::Buffer::new().format(v).as_bytes());
 }
 
+/// The texts of the doubles JSON has no number for; [`parse_value`] reads
+/// them back for a floating-point field (`null` would read as no value).
+const NON_FINITE: [(&str, f64); 3] = [
+    ("Infinity", f64::INFINITY),
+    ("-Infinity", f64::NEG_INFINITY),
+    ("NaN", f64::NAN),
+];
+
 fn write_f64(out: &mut Vec<u8>, v: f64) {
     if v.is_finite() {
         let _ = write!(Hex4(out), "{v}");
     } else {
-        out.extend_from_slice(b"null");
+        let (text, _) = NON_FINITE
+            .iter()
+            .find(|(_, x)| x.to_bits() == v.to_bits() || (v.is_nan() && x.is_nan()))
+            .expect("a non-finite double is one of the three");
+        write_str(out, text);
     }
 }
+
+/// Amounts beyond this many 1/10,000ths are written as strings: a reader
+/// that takes JSON numbers as doubles (most do) would round them.
+const CURRENCY_EXACT_AS_NUMBER: u64 = 1 << 53;
 
 /// Prints at most four decimals with trailing zeros dropped, as
 /// [`Currency`]'s `Display` does, without the formatting machinery.
 fn write_currency(out: &mut Vec<u8>, c: Currency) {
     let v = c.scaled();
+    let quoted = v.unsigned_abs() > CURRENCY_EXACT_AS_NUMBER;
+    if quoted {
+        out.push(b'"');
+    }
+    write_amount(out, v);
+    if quoted {
+        out.push(b'"');
+    }
+}
+
+fn write_amount(out: &mut Vec<u8>, v: i64) {
     if v < 0 {
         out.push(b'-');
     }
@@ -381,11 +408,40 @@ pub fn write_row(
         out.push(b':');
         match c {
             Column::Id => write_i64(out, row.id()?),
-            Column::Field(f) => write_value(out, Some(&table.fields[*f]), &row.get(*f)?, dialect),
+            Column::Field(f) => {
+                let field = &table.fields[*f];
+                let v = row.get(*f)?;
+                check_stored(field, &v).map_err(|e| e.at(table, *f))?;
+                write_value(out, Some(field), &v, dialect)
+            }
         }
     }
     out.push(b'}');
     Ok(())
+}
+
+/// Whether a stored value reads as a value of its field, by the conversion a
+/// record itself applies: a column another writer filled with something else
+/// is an error here as it is in process, not a value a reader of the JSON
+/// would take for another (a double in an amount column reads as an amount).
+fn check_stored(field: &Field, v: &ValueRef<'_>) -> std::result::Result<(), ConvertError> {
+    fn fits<T: FieldType>(v: &ValueRef<'_>) -> std::result::Result<(), ConvertError> {
+        T::from_value(v.clone()).map(drop)
+    }
+    match (field.kind, v) {
+        (_, ValueRef::Null) if field.nullable => Ok(()),
+        (FieldKind::Text | FieldKind::Json, ValueRef::Text(_)) => Ok(()),
+        (FieldKind::Text | FieldKind::Json, _) => fits::<String>(v),
+        (FieldKind::Blob, _) => fits::<Vec<u8>>(v),
+        (FieldKind::I64 | FieldKind::Reference(_), _) => fits::<i64>(v),
+        (FieldKind::I32, _) => fits::<i32>(v),
+        (FieldKind::U32, _) => fits::<u32>(v),
+        (FieldKind::F64, _) => fits::<f64>(v),
+        (FieldKind::Bool, _) => fits::<bool>(v),
+        (FieldKind::Currency, _) => fits::<Currency>(v),
+        (FieldKind::Date, _) => fits::<NaiveDate>(v),
+        (FieldKind::DateTime, _) => fits::<DateTime<Utc>>(v),
+    }
 }
 
 /// Appends a record as a JSON object: its ID when `with_id`, then every field
@@ -481,12 +537,12 @@ impl<'a> ListWriter<'a> {
                 out.push(b',');
                 match c {
                     Column::Id => write_i64(out, row.id()?),
-                    Column::Field(f) => write_value(
-                        out,
-                        Some(&self.table.fields[*f]),
-                        &row.get(*f)?,
-                        self.dialect,
-                    ),
+                    Column::Field(f) => {
+                        let field = &self.table.fields[*f];
+                        let v = row.get(*f)?;
+                        check_stored(field, &v).map_err(|e| e.at(self.table, *f))?;
+                        write_value(out, Some(field), &v, self.dialect)
+                    }
                 }
             }
         } else {
@@ -583,6 +639,9 @@ pub fn parse_value(table: &Table, field: &Field, v: &serde_json::Value) -> Resul
     if v.is_null() {
         return if field.nullable {
             Ok(Value::Null)
+        } else if field.kind == FieldKind::Json {
+            // The document `null` itself: a JSON field holds any JSON value.
+            Ok(Value::Text("null".into()))
         } else {
             Err(bad("a value (the field is not nullable)"))
         };
@@ -602,7 +661,14 @@ pub fn parse_value(table: &Table, field: &Field, v: &serde_json::Value) -> Resul
                 .filter(|i| u32::try_from(*i).is_ok())
                 .ok_or_else(|| bad("an unsigned 32-bit integer"))?,
         ),
-        FieldKind::F64 => Value::Real(v.as_f64().ok_or_else(|| bad("a number"))?),
+        FieldKind::F64 => Value::Real(match v {
+            J::String(t) => NON_FINITE
+                .iter()
+                .find(|(name, _)| name == t)
+                .map(|(_, x)| *x)
+                .ok_or_else(|| bad("a number"))?,
+            _ => v.as_f64().ok_or_else(|| bad("a number"))?,
+        }),
         FieldKind::Bool => match v {
             J::Bool(b) => Value::Bool(*b),
             J::Number(n) if n.as_i64() == Some(0) => Value::Bool(false),
@@ -1061,7 +1127,14 @@ mod test {
             let c = Currency::from_scaled(scaled);
             let mut out = Vec::new();
             write_currency(&mut out, c);
-            assert_eq!(String::from_utf8(out).unwrap(), c.to_string());
+            let text = String::from_utf8(out).unwrap();
+            // Beyond what a double holds exactly, an amount is a string.
+            let want = if scaled.unsigned_abs() > CURRENCY_EXACT_AS_NUMBER {
+                format!("\"{c}\"")
+            } else {
+                c.to_string()
+            };
+            assert_eq!(text, want);
         }
         let plain = f("When", FieldKind::DateTime, AutoTime::No, false);
         for s in [

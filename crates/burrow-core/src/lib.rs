@@ -4,8 +4,9 @@
 //! - [`Value`], [`ValueRef`], [`Currency`]: values between records, engines and the wire.
 //! - [`Record`], [`FieldType`], [`Fields`], [`Row`]: records and their per-field conversions.
 //! - [`Filter`], [`Query`], [`Select`]: WHERE clauses, checked and re-rendered, never spliced.
-//! - [`Storage`]: the trait every engine implements.
+//! - [`Storage`], [`RowOps`], [`EngineTx`], [`SqlHost`], [`Caps`]: what engines implement.
 //! - [`Orm`], [`Client`], [`Model`], [`Transaction`], [`Batch`]: the application's API.
+//! - [`driver`]: helpers for engine authors.
 //! - [`Error`], [`ErrorKind`], [`Result`]: the one error type.
 
 mod batch;
@@ -21,18 +22,30 @@ mod query;
 mod record;
 mod schema;
 mod storage;
+mod transaction;
 mod value;
 
-pub use batch::{field_subset, Batch, BatchOptions};
+pub use batch::{Batch, BatchOptions};
 pub use chrono;
 pub use client::{Client, ClientBuilder, Model};
 pub use currency::{Currency, ParseCurrencyError, CURRENCY_SCALE};
 pub use error::{Error, ErrorKind, Result};
 pub use filter::{CmpOp, Expr, Filter, SqlStyle};
 pub use json::{JsonDialect, OwnedRow};
-pub use orm::{apply_batch_items, same_engine, Orm, Transaction};
+pub use orm::Orm;
 pub use query::{Query, Select};
 pub use record::{ConvertError, FieldType, Fields, Json, Record, Ref, Row};
 pub use schema::{AutoTime, Column, Field, FieldKind, Table};
-pub use storage::{apply_one, BatchItem, BatchOp, BatchResult, Storage};
+pub use storage::{
+    BatchItem, BatchOp, BatchResult, Caps, EngineTx, Placement, RowOps, SqlHost, Storage,
+    DEFAULT_LOCK_TIMEOUT,
+};
+pub use transaction::Transaction;
 pub use value::{Value, ValueRef};
+
+/// What engine authors and servers share, apart from what applications use.
+pub mod driver {
+    pub use crate::batch::field_subset;
+    pub use crate::storage::{apply_each, apply_one};
+    pub use crate::transaction::{engine_order, next_tx_token, run_batch, same_engine};
+}

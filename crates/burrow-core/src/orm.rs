@@ -1,41 +1,47 @@
 //! The `Orm` trait: the application's whole surface, in-process or remote.
 
-use std::marker::PhantomData;
-use std::ops::Deref;
-
-use crate::batch::{field_subset, Batch};
+use crate::batch::{field_subset, Batch, BatchOptions};
 use crate::error::{Error, Result};
 use crate::filter::Filter;
 use crate::query::{Query, Select};
 use crate::record::Record;
 use crate::schema::Table;
-use crate::storage::{BatchResult, Storage};
+use crate::storage::{BatchItem, BatchResult, RowOps, SqlHost};
 use crate::value::Value;
 
-/// Typed reads and writes of records, transactions and batches.
+/// Typed reads and writes of records, and batches: what the in-process
+/// [`crate::Client`] and an open [`crate::Transaction`] both answer.
 ///
-/// Implementors supply routing ([`Orm::route`], [`Orm::engines`]); every other
-/// method is provided on top of the [`Storage`] trait, so the in-process client
-/// and a remote client behave the same way.
-pub trait Orm: Send + Sync {
-    /// The engine that holds `table`, or [`Error::UnknownTable`].
-    fn route(&self, table: &'static Table) -> Result<&dyn Storage>;
+/// Implementors supply routing ([`Orm::route`], [`Orm::sql_host`]) and how a
+/// batch is committed ([`Orm::apply_items`]); every other method is provided
+/// on top of [`RowOps`], so every engine, and a transaction, behave alike.
+pub trait Orm {
+    /// The row calls for `table`: its engine's, or its engine's open
+    /// transaction's; [`Error::UnknownTable`] if the model lacks it.
+    fn route(&self, table: &'static Table) -> Result<&dyn RowOps>;
 
-    /// Calls `f` once for every distinct engine of the model, in a fixed order.
-    fn engines(&self, f: &mut dyn FnMut(&dyn Storage) -> Result<()>) -> Result<()>;
+    /// The SQL that sees every table of the model (other engines' tables as
+    /// virtual tables); [`Error::Unsupported`] if there is none.
+    fn sql_host(&self) -> Result<&dyn SqlHost>;
 
-    /// The engine that runs SQL for the model, where tables of other engines are
-    /// visible as virtual tables; [`Error::Unsupported`] if there is none.
-    fn sql_engine(&self) -> Result<&dyn Storage> {
-        Err(Error::Unsupported("this ORM has no SQL engine".into()))
-    }
+    /// Applies batch items with the commit rules of `options` (see
+    /// [`BatchOptions`]): a client wraps chunks in transactions of their
+    /// engines, a transaction runs them inside itself. With `stop_on_error`
+    /// the first failed item stops the batch as with `rollback_on_error`,
+    /// keeping what ran before it.
+    fn apply_items(
+        &self,
+        items: &[BatchItem<'_>],
+        options: BatchOptions,
+        stop_on_error: bool,
+    ) -> Result<Vec<BatchResult>>;
 
     /// The `T`s a read-only SQL statement returns (its columns matched to `T`'s
     /// ID and fields by name), with `params` bound to its `?` in order. The SQL
     /// runs on [`Orm::sql_engine`], so it may join tables of every engine.
     fn sql_list<T: Record>(&self, sql: &str, params: &[Value]) -> Result<Vec<T>> {
         let mut out = Vec::new();
-        self.sql_engine()?
+        self.sql_host()?
             .sql_select(T::table(), sql, params, &mut |row| {
                 out.push(T::from_row(row)?);
                 Ok(())
@@ -229,54 +235,9 @@ pub trait Orm: Send + Sync {
     /// in order. See [`crate::BatchOptions`] for how it is committed.
     fn send(&self, batch: &mut Batch) -> Result<Vec<BatchResult>> {
         batch.stamp(crate::datetime::now());
-        let results = run_batch(self, batch);
+        let results = self.apply_items(&batch.items(), batch.options, false);
         batch.clear();
         results
-    }
-
-    /// Begins a transaction on every engine of the model, for the calling thread;
-    /// it rolls back unless committed. A second begin while one is open on this
-    /// thread is [`Error::Transaction`].
-    fn transaction(&self) -> Result<Transaction<'_, Self>>
-    where
-        Self: Sized,
-    {
-        let mut begun = 0usize;
-        let r = self.engines(&mut |e| {
-            e.begin()?;
-            begun += 1;
-            Ok(())
-        });
-        if let Err(e) = r {
-            // Undo only the engines this call began: on a nested begin, the
-            // outer transaction must survive.
-            let mut left = begun;
-            let _ = self.engines(&mut |s| {
-                if left > 0 {
-                    left -= 1;
-                    s.rollback()?;
-                }
-                Ok(())
-            });
-            return Err(e);
-        }
-        Ok(Transaction {
-            orm: self,
-            done: false,
-            _thread_bound: PhantomData,
-        })
-    }
-
-    /// Runs `f` in a transaction: committed when it returns `Ok`, rolled back
-    /// when it returns an error or panics.
-    fn in_transaction<R>(&self, f: impl FnOnce(&Self) -> Result<R>) -> Result<R>
-    where
-        Self: Sized,
-    {
-        let tx = self.transaction()?;
-        let r = f(self)?;
-        tx.commit()?;
-        Ok(r)
     }
 }
 
@@ -304,7 +265,7 @@ fn found<T: Record>(yes: bool, rec: &T) -> Result<()> {
 /// the update is tried again; a unique violation on another column is
 /// returned as it is.
 fn upsert(
-    engine: &dyn Storage,
+    engine: &dyn RowOps,
     table: &'static Table,
     row: &dyn crate::record::Fields,
     fields: Option<&[usize]>,
@@ -322,193 +283,5 @@ fn upsert(
             }
         }
         Err(e) => Err(e),
-    }
-}
-
-/// Whether `a` and `b` are the same engine (not merely equal ones).
-pub fn same_engine(a: &dyn Storage, b: &dyn Storage) -> bool {
-    std::ptr::addr_eq(a as *const dyn Storage, b as *const dyn Storage)
-}
-
-fn run_batch<O: Orm + ?Sized>(orm: &O, batch: &Batch) -> Result<Vec<BatchResult>> {
-    let items = batch.items();
-    let mut engines: Vec<&dyn Storage> = Vec::with_capacity(items.len());
-    for item in &items {
-        engines.push(orm.route(item.table)?);
-    }
-    let in_tx = engines.iter().any(|e| e.in_transaction());
-    apply_batch_items(&items, &engines, batch.options, false, in_tx)
-}
-
-/// Runs batch items on their engines (`engines[i]` holds `items[i]`'s table)
-/// with the commit rules of [`crate::BatchOptions`]: the ORM's [`Orm::send`]
-/// and servers that receive batches share it.
-///
-/// Without an open transaction (`in_tx` false), chunks of
-/// `auto_transaction_rows` items (the whole batch with `rollback_on_error`)
-/// each run in a transaction on every engine they involve. `stop_on_error`
-/// stops at the first failed item and keeps what ran before it; with
-/// `rollback_on_error` the batch is undone instead. A failure of an engine
-/// itself rolls back the chunk in progress.
-pub fn apply_batch_items(
-    items: &[crate::storage::BatchItem<'_>],
-    engines: &[&dyn Storage],
-    opts: crate::batch::BatchOptions,
-    stop_on_error: bool,
-    in_tx: bool,
-) -> Result<Vec<BatchResult>> {
-    let stop = opts.rollback_on_error || stop_on_error;
-    let use_tx = !in_tx && (opts.rollback_on_error || opts.auto_transaction_rows > 0);
-    let chunk = if opts.rollback_on_error || opts.auto_transaction_rows == 0 {
-        items.len().max(1)
-    } else {
-        opts.auto_transaction_rows
-    };
-    let mut results = Vec::with_capacity(items.len());
-    let mut start = 0;
-    while start < items.len() {
-        let end = (start + chunk).min(items.len());
-        let mut involved: Vec<&dyn Storage> = Vec::new();
-        for &e in &engines[start..end] {
-            if !involved.iter().any(|&x| same_engine(x, e)) {
-                involved.push(e);
-            }
-        }
-        if use_tx && involved.len() == 1 {
-            let one = involved[0].apply_batch_in_transaction(
-                &items[start..end],
-                &mut results,
-                stop,
-                opts.rollback_on_error,
-            );
-            if let Some(outcome) = one {
-                outcome.map_err(|err| match err {
-                    Error::Batch { index, source } => Error::Batch {
-                        index: index + start,
-                        source,
-                    },
-                    other => other,
-                })?;
-                start = end;
-                continue;
-            }
-        }
-        if use_tx {
-            for (i, e) in involved.iter().enumerate() {
-                if let Err(err) = e.begin() {
-                    for x in &involved[..i] {
-                        let _ = x.rollback();
-                    }
-                    return Err(err);
-                }
-            }
-        }
-        let mut run = start;
-        let mut outcome = Ok(());
-        let mut item_failed = false;
-        while run < end {
-            let e = engines[run];
-            let mut run_end = run + 1;
-            while run_end < end && same_engine(engines[run_end], e) {
-                run_end += 1;
-            }
-            outcome = e
-                .apply_batch(&items[run..run_end], &mut results, stop)
-                .map_err(|err| match err {
-                    Error::Batch { index, source } => {
-                        item_failed = true;
-                        Error::Batch {
-                            index: index + run,
-                            source,
-                        }
-                    }
-                    other => other,
-                });
-            if outcome.is_err() {
-                break;
-            }
-            run = run_end;
-        }
-        if use_tx {
-            // Keep what ran only when an item stopped a stop-on-error batch.
-            let keep = outcome.is_ok() || (item_failed && !opts.rollback_on_error);
-            if keep {
-                for e in &involved {
-                    e.commit()?;
-                }
-            } else {
-                for e in &involved {
-                    let _ = e.rollback();
-                }
-            }
-        }
-        outcome?;
-        start = end;
-    }
-    Ok(results)
-}
-
-/// An open transaction on every engine of a model, for the thread that began it.
-///
-/// Calls made through the ORM on this thread run inside it; it dereferences to the
-/// ORM for convenience. Dropping it without [`Transaction::commit`] rolls back.
-/// It cannot move to another thread: engines tie a transaction to its thread.
-#[must_use = "a transaction rolls back when dropped; call commit()"]
-pub struct Transaction<'a, O: Orm> {
-    orm: &'a O,
-    done: bool,
-    _thread_bound: PhantomData<*const ()>,
-}
-
-impl<O: Orm> Transaction<'_, O> {
-    /// Commits on every engine.
-    pub fn commit(mut self) -> Result<()> {
-        self.done = true;
-        let mut first_err = None;
-        self.orm.engines(&mut |e| {
-            if first_err.is_none() {
-                if let Err(err) = e.commit() {
-                    first_err = Some(err);
-                }
-            } else if e.in_transaction() {
-                let _ = e.rollback();
-            }
-            Ok(())
-        })?;
-        first_err.map_or(Ok(()), Err)
-    }
-
-    /// Rolls back on every engine.
-    pub fn rollback(mut self) -> Result<()> {
-        self.done = true;
-        roll_back_all(self.orm)
-    }
-}
-
-fn roll_back_all<O: Orm>(orm: &O) -> Result<()> {
-    let mut first_err = None;
-    orm.engines(&mut |e| {
-        if e.in_transaction() {
-            if let Err(err) = e.rollback() {
-                first_err.get_or_insert(err);
-            }
-        }
-        Ok(())
-    })?;
-    first_err.map_or(Ok(()), Err)
-}
-
-impl<O: Orm> Deref for Transaction<'_, O> {
-    type Target = O;
-    fn deref(&self) -> &O {
-        self.orm
-    }
-}
-
-impl<O: Orm> Drop for Transaction<'_, O> {
-    fn drop(&mut self) {
-        if !self.done {
-            let _ = roll_back_all(self.orm);
-        }
     }
 }

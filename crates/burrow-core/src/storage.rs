@@ -1,6 +1,9 @@
-//! The `Storage` trait: what every engine implements.
+//! The engine traits: [`RowOps`] (the row calls), [`Storage`] (an engine),
+//! [`EngineTx`] (one engine's open transaction) and [`SqlHost`] (an engine
+//! that runs SQL).
 
 use std::sync::Arc;
+use std::time::Duration;
 
 use crate::error::{Error, Result};
 use crate::filter::Filter;
@@ -64,21 +67,53 @@ impl BatchResult {
     }
 }
 
-/// A storage engine: holds tables and answers reads and writes on their rows.
+/// Where an engine's calls spend their time: what a server needs to know to
+/// decide whether a call may run on its event loop.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum Placement {
+    /// In this process: a call takes microseconds unless it waits for another
+    /// transaction's lock.
+    InProcess,
+    /// Across a network: every call waits for a round trip.
+    Network,
+}
+
+/// What an engine is and can do, declared once by the engine.
+#[derive(Debug, Clone, Copy)]
+#[non_exhaustive]
+pub struct Caps {
+    /// A short name for messages (`sqlite`, `memory`, `postgres`, …).
+    pub name: &'static str,
+    /// Where its calls spend their time.
+    pub placement: Placement,
+}
+
+impl Caps {
+    /// An engine answering in this process.
+    pub const fn in_process(name: &'static str) -> Caps {
+        Caps {
+            name,
+            placement: Placement::InProcess,
+        }
+    }
+
+    /// An engine behind a network connection.
+    pub const fn network(name: &'static str) -> Caps {
+        Caps {
+            name,
+            placement: Placement::Network,
+        }
+    }
+}
+
+/// The row calls of a unit of work: an engine's own (each call its own
+/// transaction) or those of an open [`EngineTx`].
 ///
-/// Engines are shared between threads (`&self` everywhere). Transactions are tied
-/// to the thread that began them: while one is open, calls from that thread run
-/// inside it and calls from other threads wait for it to end (SQL engines), or the
-/// engine otherwise keeps them out of it. Reads hand each row to a callback, so an
-/// engine can lend its own buffers instead of copying rows out.
-pub trait Storage: Send + Sync {
-    /// A short name for messages (`sqlite`, `memory`, …).
-    fn engine_name(&self) -> &'static str;
-
-    /// Creates the table and its indexes, or brings an existing one up to the
-    /// declared fields (adding missing columns; refusing a conflicting type).
-    fn ensure_table(&self, table: &'static Table) -> Result<()>;
-
+/// Reads hand each row to a callback, so an engine can lend its own buffers
+/// instead of copying rows out; a callback must not call back into the same
+/// engine.
+pub trait RowOps {
     /// Inserts a row and returns its ID: `id` when forced, else a new one.
     fn insert(&self, table: &'static Table, id: Option<i64>, row: &dyn Fields) -> Result<i64>;
 
@@ -136,26 +171,37 @@ pub trait Storage: Send + Sync {
         results: &mut Vec<BatchResult>,
         stop_on_error: bool,
     ) -> Result<()> {
-        for (index, item) in items.iter().enumerate() {
-            let r = apply_one(self, item);
-            match r {
-                Ok(r) => results.push(r),
-                Err(e) if stop_on_error => {
-                    return Err(Error::Batch {
-                        index,
-                        source: Box::new(e),
-                    })
-                }
-                Err(e) => results.push(BatchResult::Failed(Box::new(e))),
-            }
-        }
-        Ok(())
+        apply_each(items, results, stop_on_error, |_, item| {
+            apply_one(self, item)
+        })
     }
+}
 
-    /// Runs `items` as [`Storage::apply_batch`] does, inside one transaction
+/// A storage engine: holds tables and answers reads and writes on their rows.
+///
+/// Engines are shared between threads (`&self` everywhere). A call made on the
+/// engine itself is its own transaction. [`Storage::begin`] hands out an
+/// [`EngineTx`], a value through which the calls of one unit of work go: it
+/// commits when consumed by [`EngineTx::commit`] and rolls back when dropped.
+/// While a transaction is open, an engine that serialises writers makes other
+/// callers wait for it, never longer than its lock timeout ([`Error::Busy`]).
+pub trait Storage: RowOps + Send + Sync {
+    /// What the engine is and where its calls spend their time.
+    fn caps(&self) -> Caps;
+
+    /// Creates the table and its indexes, or brings an existing one up to the
+    /// declared fields (adding missing columns; refusing a conflicting type).
+    fn ensure_table(&self, table: &'static Table) -> Result<()>;
+
+    /// Begins a transaction. It takes the engine's `Arc` so that the handle
+    /// owns what it needs and can outlive the caller's borrow (a server keeps
+    /// it between two requests of one connection).
+    fn begin(self: Arc<Self>) -> Result<Box<dyn EngineTx>>;
+
+    /// Runs `items` as [`RowOps::apply_batch`] does, inside one transaction
     /// of the engine's own that begins and ends within this one call, when the
-    /// engine can do that more cheaply than separate [`Storage::begin`] and
-    /// [`Storage::commit`] calls (a remote server applies a batch under its own
+    /// engine can do that more cheaply than [`Storage::begin`] and
+    /// [`EngineTx::commit`] (a remote server applies a batch under its own
     /// transaction in one request, saving two round trips). The transaction is
     /// committed on success, and also after a failed item of a
     /// `stop_on_error` batch unless `rollback_on_error`; otherwise rolled
@@ -172,14 +218,6 @@ pub trait Storage: Send + Sync {
         None
     }
 
-    /// Makes `table`, held by `engine`, visible to this engine's SQL (as a
-    /// virtual table), so that [`Storage::sql_select`] can read and join it.
-    /// Returns `false` when this engine has no SQL to expose it to.
-    fn expose(&self, table: &'static Table, engine: Arc<dyn Storage>) -> Result<bool> {
-        let _ = (table, engine);
-        Ok(false)
-    }
-
     /// Whether a [`Filter`] on field `field` of `table` compares the field's
     /// typed values (a date as a date, a boolean as true or false) rather than
     /// its stored form. Where dates or booleans are stored as text or integers,
@@ -192,55 +230,207 @@ pub trait Storage: Send + Sync {
         false
     }
 
-    /// Runs a read-only SQL statement and hands each result row to `out` as a row
-    /// of `table`: result columns are matched to the ID and fields by name.
-    /// Values in `params` are bound to the statement's `?` in order. Engines
-    /// without SQL return [`Error::Unsupported`].
+    /// The engine's SQL, if it runs SQL.
+    fn sql_host(&self) -> Option<&dyn SqlHost> {
+        None
+    }
+}
+
+/// One engine's open transaction: the calls of a unit of work go through it.
+///
+/// [`EngineTx::commit`] consumes it; dropping it without a commit rolls the
+/// work back (implementations do that in their `Drop`).
+pub trait EngineTx: RowOps + Send {
+    /// Commits. A failed commit leaves nothing of the transaction behind.
+    fn commit(self: Box<Self>) -> Result<()>;
+
+    /// Rolls back, reporting a failure to do so (dropping rolls back silently).
+    fn rollback(self: Box<Self>) -> Result<()>;
+
+    /// The engine's SQL inside this transaction, if the engine runs SQL.
+    fn sql_host(&self) -> Option<&dyn SqlHost> {
+        None
+    }
+}
+
+/// An engine that runs SQL, over its own tables and the tables of other
+/// engines it has been shown.
+pub trait SqlHost {
+    /// Runs a read-only SQL statement and hands each result row to `out` as a
+    /// row of `table`: result columns are matched to the ID and fields by
+    /// name. Values in `params` are bound to the statement's `?` in order.
     fn sql_select(
         &self,
         table: &'static Table,
         sql: &str,
         params: &[Value],
         out: &mut dyn FnMut(&dyn Row) -> Result<()>,
-    ) -> Result<()> {
-        let _ = (table, sql, params, out);
-        Err(Error::Unsupported(format!(
-            "the {} engine does not run SQL",
-            self.engine_name()
-        )))
+    ) -> Result<()>;
+
+    /// Makes `table`, held by `engine`, visible to this SQL (as a virtual
+    /// table), so that [`SqlHost::sql_select`] can read and join it.
+    fn expose(&self, table: &'static Table, engine: Arc<dyn Storage>) -> Result<()> {
+        let _ = (table, engine);
+        Err(Error::Unsupported(
+            "tables of other engines are shown to an engine's SQL, not to a transaction's".into(),
+        ))
     }
-
-    /// Begins a transaction on the calling thread. A second begin on the same
-    /// thread is [`Error::Transaction`], not a silent no-op.
-    fn begin(&self) -> Result<()>;
-
-    /// Commits the calling thread's transaction.
-    fn commit(&self) -> Result<()>;
-
-    /// Rolls back the calling thread's transaction.
-    fn rollback(&self) -> Result<()>;
-
-    /// Whether the calling thread has a transaction open on this engine.
-    fn in_transaction(&self) -> bool;
 }
 
-/// Applies one batch item through the row-at-a-time calls of `engine`.
-pub fn apply_one<S: Storage + ?Sized>(engine: &S, item: &BatchItem<'_>) -> Result<BatchResult> {
+/// Applies one batch item through the row calls of `rows`.
+pub fn apply_one<R: RowOps + ?Sized>(rows: &R, item: &BatchItem<'_>) -> Result<BatchResult> {
     Ok(match item.op {
-        BatchOp::Add { id, row } => BatchResult::Added(engine.insert(item.table, id, row)?),
+        BatchOp::Add { id, row } => BatchResult::Added(rows.insert(item.table, id, row)?),
         BatchOp::Update { row, fields } => {
-            if engine.update(item.table, row, fields)? {
+            if rows.update(item.table, row, fields)? {
                 BatchResult::Done
             } else {
                 BatchResult::Missing
             }
         }
         BatchOp::Delete { id } => {
-            if engine.delete(item.table, id)? {
+            if rows.delete(item.table, id)? {
                 BatchResult::Done
             } else {
                 BatchResult::Missing
             }
         }
     })
+}
+
+/// Applies `items` one by one with `one` (given each item's index), by the
+/// rules of [`RowOps::apply_batch`]: engines whose bulk path falls back to
+/// single rows share it.
+pub fn apply_each(
+    items: &[BatchItem<'_>],
+    results: &mut Vec<BatchResult>,
+    stop_on_error: bool,
+    mut one: impl FnMut(usize, &BatchItem<'_>) -> Result<BatchResult>,
+) -> Result<()> {
+    for (index, item) in items.iter().enumerate() {
+        match one(index, item) {
+            Ok(r) => results.push(r),
+            Err(e) if stop_on_error => {
+                return Err(Error::Batch {
+                    index,
+                    source: Box::new(e),
+                })
+            }
+            Err(e) => results.push(BatchResult::Failed(Box::new(e))),
+        }
+    }
+    Ok(())
+}
+
+/// How long an engine lets a caller wait for another transaction before
+/// answering [`Error::Busy`], unless its options say otherwise.
+pub const DEFAULT_LOCK_TIMEOUT: Duration = Duration::from_secs(5);
+
+/// Implements [`RowOps`] for `$ty` by handing every call to `$target`, a value
+/// that implements [`RowOps`] and is made from `$s` (the receiver). Engines
+/// write their row calls once, on a private view that knows which
+/// transaction a call runs in, and forward both the engine's own calls and
+/// its transaction handle's to it:
+///
+/// ```ignore
+/// burrow_core::forward_row_ops!(MyEngine, |e| View { engine: e, tx: None });
+/// burrow_core::forward_row_ops!(MyTx, |t| View { engine: &t.engine, tx: Some(t.token) });
+/// ```
+#[macro_export]
+macro_rules! forward_row_ops {
+    ($ty:ty, |$s:ident| $target:expr) => {
+        impl $crate::RowOps for $ty {
+            #[inline]
+            fn insert(
+                &self,
+                table: &'static $crate::Table,
+                id: ::std::option::Option<i64>,
+                row: &dyn $crate::Fields,
+            ) -> $crate::Result<i64> {
+                let $s = self;
+                $crate::RowOps::insert(&$target, table, id, row)
+            }
+
+            #[inline]
+            fn update(
+                &self,
+                table: &'static $crate::Table,
+                row: &dyn $crate::Fields,
+                fields: ::std::option::Option<&[usize]>,
+            ) -> $crate::Result<bool> {
+                let $s = self;
+                $crate::RowOps::update(&$target, table, row, fields)
+            }
+
+            #[inline]
+            fn delete(&self, table: &'static $crate::Table, id: i64) -> $crate::Result<bool> {
+                let $s = self;
+                $crate::RowOps::delete(&$target, table, id)
+            }
+
+            #[inline]
+            fn delete_where(
+                &self,
+                table: &'static $crate::Table,
+                filter: &$crate::Filter,
+            ) -> $crate::Result<u64> {
+                let $s = self;
+                $crate::RowOps::delete_where(&$target, table, filter)
+            }
+
+            #[inline]
+            fn retrieve(
+                &self,
+                table: &'static $crate::Table,
+                id: i64,
+                out: &mut dyn FnMut(&dyn $crate::Row) -> $crate::Result<()>,
+            ) -> $crate::Result<bool> {
+                let $s = self;
+                $crate::RowOps::retrieve(&$target, table, id, out)
+            }
+
+            #[inline]
+            fn select(
+                &self,
+                table: &'static $crate::Table,
+                select: &$crate::Select,
+                out: &mut dyn FnMut(&dyn $crate::Row) -> $crate::Result<()>,
+            ) -> $crate::Result<()> {
+                let $s = self;
+                $crate::RowOps::select(&$target, table, select, out)
+            }
+
+            #[inline]
+            fn count(
+                &self,
+                table: &'static $crate::Table,
+                filter: &$crate::Filter,
+            ) -> $crate::Result<u64> {
+                let $s = self;
+                $crate::RowOps::count(&$target, table, filter)
+            }
+
+            #[inline]
+            fn select_value(
+                &self,
+                table: &'static $crate::Table,
+                column: $crate::Column,
+                select: &$crate::Select,
+            ) -> $crate::Result<::std::option::Option<$crate::Value>> {
+                let $s = self;
+                $crate::RowOps::select_value(&$target, table, column, select)
+            }
+
+            #[inline]
+            fn apply_batch(
+                &self,
+                items: &[$crate::BatchItem<'_>],
+                results: &mut ::std::vec::Vec<$crate::BatchResult>,
+                stop_on_error: bool,
+            ) -> $crate::Result<()> {
+                let $s = self;
+                $crate::RowOps::apply_batch(&$target, items, results, stop_on_error)
+            }
+        }
+    };
 }

@@ -8,14 +8,14 @@ use std::sync::mpsc;
 use std::sync::Arc;
 
 use burrow_core::chrono::{DateTime, Utc};
+use burrow_core::driver::same_engine;
 use burrow_core::{
-    apply_batch_items, json, same_engine, AutoTime, BatchItem, BatchOp, BatchOptions, BatchResult,
-    Client, Column, Error, FieldKind, Fields, Model, OwnedRow, Result, Storage, Table, Value,
-    ValueRef,
+    json, AutoTime, BatchItem, BatchOp, BatchOptions, BatchResult, Client, Column, EngineTx, Error,
+    FieldKind, Fields, Model, OwnedRow, Result, Storage, Table, Value, ValueRef,
 };
 
-use crate::http::status_of;
 use crate::reader::Reader;
+use crate::rest::status_of;
 
 /// One field's value as read from a body: text that needed no unescaping
 /// stays in the body, anything else is owned.
@@ -620,31 +620,19 @@ fn with_items<R>(parts: &[Part<'_>], text: &str, f: impl FnOnce(&[BatchItem<'_>]
     f(&items)
 }
 
-/// Runs the writes. `route` gives each table's engine. Without an open
-/// transaction, chunks of `auto_rows` (or the whole batch, with
-/// `rollback_on_error`) each run in a transaction on every engine involved.
-pub(crate) fn execute<'e>(
+/// Runs the writes through `apply` ([`burrow_core::Orm::apply_items`] of
+/// the hosted client, or of the connection's open transaction), with the
+/// body's commit rules.
+pub(crate) fn execute(
     p: &Parsed<'_>,
-    route: &dyn Fn(&'static Table) -> Result<&'e dyn Storage>,
-    in_tx: bool,
+    apply: impl FnOnce(&[BatchItem<'_>], BatchOptions, bool) -> Result<Vec<BatchResult>>,
 ) -> Result<Vec<BatchResult>> {
     with_items(&p.parts, p.text, |items| {
-        // Consecutive items of one table share its engine.
-        let mut engines: Vec<&dyn Storage> = Vec::with_capacity(items.len());
-        let mut last: Option<(&'static Table, &dyn Storage)> = None;
-        for item in items {
-            let e = match last {
-                Some((t, e)) if std::ptr::eq(t, item.table) => e,
-                _ => route(item.table)?,
-            };
-            last = Some((item.table, e));
-            engines.push(e);
-        }
         let opts = BatchOptions {
             auto_transaction_rows: p.settings.auto_rows,
             rollback_on_error: p.settings.rollback_on_error,
         };
-        apply_batch_items(items, &engines, opts, p.settings.stop_on_error, in_tx)
+        apply(items, opts, p.settings.stop_on_error)
     })
 }
 
@@ -653,6 +641,9 @@ pub(crate) fn execute<'e>(
 /// make the hand-offs cheap. Multiples of the rows the SQLite engine inserts
 /// per statement (200), so that part boundaries split none of its statements.
 const PART_ROWS: (usize, usize) = (200, 1000);
+
+/// The engine that holds a table.
+type Route<'e> = dyn Fn(&'static Table) -> Result<&'e Arc<dyn Storage>> + 'e;
 
 /// What [`parse_and_run`] did.
 pub(crate) enum Run<'a> {
@@ -677,7 +668,12 @@ fn one_transaction(s: Settings, rows: usize) -> bool {
 /// A batch applied while its body is still being parsed, inside one
 /// transaction that is committed only once the whole body has parsed.
 struct Ahead<'e> {
-    open: Open<'e>,
+    /// The one engine the batch writes to.
+    engine: &'e Arc<dyn Storage>,
+    /// The batch's own transaction on it: dropped uncommitted (the batch
+    /// does not fit after all, or a panic on the applying thread), it rolls
+    /// back.
+    tx: Box<dyn EngineTx>,
     settings: Settings,
     /// One per write applied so far.
     results: Vec<BatchResult>,
@@ -689,15 +685,15 @@ fn fits<'e>(
     part: &Part<'_>,
     settings: Settings,
     done: usize,
-    engine: &'e dyn Storage,
-    route: &dyn Fn(&'static Table) -> Result<&'e dyn Storage>,
+    engine: &Arc<dyn Storage>,
+    route: &Route<'e>,
     admit: &dyn Fn(&Op) -> bool,
 ) -> bool {
     one_transaction(settings, done + part.ops.len())
         && part
             .ops
             .iter()
-            .all(|op| admit(op) && route(op.table()).is_ok_and(|e| same_engine(e, engine)))
+            .all(|op| admit(op) && route(op.table()).is_ok_and(|e| same_engine(&**e, &**engine)))
 }
 
 enum Speculation<'e> {
@@ -715,7 +711,7 @@ impl<'e> Speculation<'e> {
         part: &Part<'_>,
         text: &str,
         settings: Settings,
-        route: &dyn Fn(&'static Table) -> Result<&'e dyn Storage>,
+        route: &Route<'e>,
         admit: &dyn Fn(&Op) -> bool,
     ) {
         if let Speculation::NotYet = self {
@@ -726,30 +722,32 @@ impl<'e> Speculation<'e> {
                 // The rights, and the one engine, are checked (below) before
                 // the engine is locked: a refused batch answers without
                 // waiting for it.
-                Ok(engine)
-                    if fits(part, settings, 0, engine, route, admit) && engine.begin().is_ok() =>
-                {
-                    // One result per write: no write takes fewer than 8
-                    // bytes, and the batch has at most `auto_rows`; the
-                    // rest, if any, grows as it comes.
-                    let mut rows = (text.len() / 8).min(1 << 20);
-                    if settings.auto_rows > 0 {
-                        rows = rows.min(settings.auto_rows);
+                Ok(engine) if fits(part, settings, 0, engine, route, admit) => {
+                    match Arc::clone(engine).begin() {
+                        Ok(tx) => {
+                            // One result per write: no write takes fewer
+                            // than 8 bytes, and the batch has at most
+                            // `auto_rows`; the rest, if any, grows as it
+                            // comes.
+                            let mut rows = (text.len() / 8).min(1 << 20);
+                            if settings.auto_rows > 0 {
+                                rows = rows.min(settings.auto_rows);
+                            }
+                            Speculation::On(Ahead {
+                                engine,
+                                tx,
+                                settings,
+                                results: Vec::with_capacity(rows),
+                            })
+                        }
+                        Err(_) => Speculation::Off,
                     }
-                    Speculation::On(Ahead {
-                        open: Open {
-                            engine,
-                            ended: false,
-                        },
-                        settings,
-                        results: Vec::with_capacity(rows),
-                    })
                 }
                 _ => Speculation::Off,
             };
         } else if let Speculation::On(a) = self {
             if settings != a.settings
-                || !fits(part, settings, a.results.len(), a.open.engine, route, admit)
+                || !fits(part, settings, a.results.len(), a.engine, route, admit)
             {
                 self.undo();
             }
@@ -759,7 +757,7 @@ impl<'e> Speculation<'e> {
         };
         let stop = settings.rollback_on_error || settings.stop_on_error;
         if with_items(std::slice::from_ref(part), text, |items| {
-            a.open.engine.apply_batch(items, &mut a.results, stop)
+            a.tx.apply_batch(items, &mut a.results, stop)
         })
         .is_err()
         {
@@ -776,33 +774,8 @@ impl<'e> Speculation<'e> {
     /// `None` when the batch must run as usual.
     fn finish(self, settings: Settings) -> Option<Result<Vec<BatchResult>>> {
         match self {
-            Speculation::On(a) if a.settings == settings => {
-                Some(a.open.commit().map(|()| a.results))
-            }
+            Speculation::On(a) if a.settings == settings => Some(a.tx.commit().map(|()| a.results)),
             _ => None,
-        }
-    }
-}
-
-/// The transaction of a batch applied ahead. Dropped still open, by a panic
-/// on the applying thread (in a right check, an engine call), it is rolled
-/// back: left open, the engines would keep every other thread out for good.
-struct Open<'e> {
-    engine: &'e dyn Storage,
-    ended: bool,
-}
-
-impl Open<'_> {
-    fn commit(mut self) -> Result<()> {
-        self.ended = true;
-        self.engine.commit()
-    }
-}
-
-impl Drop for Open<'_> {
-    fn drop(&mut self) {
-        if !self.ended {
-            let _ = self.engine.rollback();
         }
     }
 }
@@ -852,14 +825,13 @@ fn detach(part: Part<'_>, text: &str) -> Part<'static> {
 /// body still changes nothing. Anything else (other settings, several
 /// engines, a write `admit` refuses, an error) is undone and handed back
 /// parsed, to run as usual; `admit` also sees every write before it runs.
-/// This thread applies, so the transaction belongs to it, as with
-/// [`execute`].
+/// This thread applies, through the batch's own transaction.
 pub(crate) fn parse_and_run<'a, 'e>(
     parser: &crate::server::Worker,
     client: &Arc<Client>,
     default: Option<&'static Table>,
     body: &'a Arc<Vec<u8>>,
-    route: &dyn Fn(&'static Table) -> Result<&'e dyn Storage>,
+    route: &Route<'e>,
     admit: &dyn Fn(&Op) -> bool,
 ) -> Option<Run<'a>> {
     let (tx, rx) = mpsc::channel();

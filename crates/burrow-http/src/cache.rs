@@ -8,21 +8,24 @@
 //!   time to live; an entry older than that is never returned, so a write made
 //!   elsewhere is visible at the latest one timeout after it;
 //! - a write through the same cache updates (whole rows) or drops (partial
-//!   updates, deletes) the entry before the call returns;
+//!   updates, deletes) the entry before the call returns; inside a
+//!   transaction it drops the entry, and the transaction's handle keeps the
+//!   write until it commits (the entry is then set, or dropped again) or
+//!   rolls back (forgotten);
 //! - [`OrmCache::flush`] empties it, [`OrmCache::flush_table`] and
 //!   [`OrmCache::flush_id`] drop less.
 //!
 //! Entries live in one `RwLock`ed hash map per table: reads (the hot path) share
 //! the lock, and a time check is one `Instant::now()`.
 
+use std::cell::RefCell;
 use std::collections::HashMap;
-use std::sync::{Arc, Mutex, PoisonError, RwLock, RwLockWriteGuard};
-use std::thread::ThreadId;
+use std::sync::{Arc, PoisonError, RwLock, RwLockWriteGuard};
 use std::time::{Duration, Instant};
 
 use burrow_core::{
-    BatchItem, BatchOp, BatchResult, Column, Fields, Filter, OwnedRow, Record, Result, Row, Select,
-    Storage, Table, Value,
+    BatchItem, BatchOp, BatchResult, Caps, Column, EngineTx, Fields, Filter, OwnedRow, Record,
+    Result, Row, RowOps, Select, SqlHost, Storage, Table, Value,
 };
 
 /// What to cache of one table.
@@ -114,21 +117,39 @@ impl<'c> Locked<'c> {
     }
 }
 
-/// A row written inside a transaction, waiting for its end.
+/// A row a transaction wrote, waiting for its end: the whole row to store
+/// at commit, or `None` for an entry to drop again then (a partial update,
+/// a delete).
 struct Pending {
-    thread: ThreadId,
     table: &'static Table,
     id: i64,
-    row: Arc<OwnedRow>,
+    row: Option<Arc<OwnedRow>>,
+}
+
+/// What a transaction wrote through a cache, kept by the transaction's handle
+/// until it ends ([`OrmCache::commit`], [`OrmCache::rollback`]): the cache
+/// never shows uncommitted data, and a reader outside the transaction that
+/// puts the old row back meanwhile does not keep it past the commit.
+#[derive(Default)]
+pub(crate) struct TxRows {
+    rows: Vec<Pending>,
+    /// Tables whose entries all go at commit (a delete by filter).
+    tables: Vec<&'static Table>,
+}
+
+impl TxRows {
+    /// Notes that every entry of `table` goes at commit.
+    pub(crate) fn flush_table(&mut self, table: &'static Table) {
+        if !self.tables.iter().any(|t| std::ptr::eq(*t, table)) {
+            self.tables.push(table);
+        }
+    }
 }
 
 /// Rows by table and ID, each valid for its table's time to live.
 #[derive(Default)]
 pub struct OrmCache {
     tables: Vec<TableCache>,
-    /// Rows written inside a transaction, per thread: stored at commit,
-    /// forgotten at rollback, so that the cache never shows uncommitted data.
-    pending: Mutex<Vec<Pending>>,
 }
 
 impl std::fmt::Debug for OrmCache {
@@ -259,41 +280,42 @@ impl OrmCache {
         }
     }
 
-    /// Updates the cache after a write: whole rows added or updated are stored
-    /// (inside a transaction, only once it commits: see [`OrmCache::commit`]),
-    /// partial updates and deletes drop their entry.
-    pub fn after_write(&self, item: &BatchItem<'_>, result: &BatchResult, in_tx: bool) {
+    /// Updates the cache after a write: whole rows added or updated are stored,
+    /// partial updates and deletes drop their entry. Inside a transaction
+    /// (`tx`) the entry is dropped now and the write noted for its end.
+    pub(crate) fn after_write(
+        &self,
+        item: &BatchItem<'_>,
+        result: &BatchResult,
+        tx: Option<&mut TxRows>,
+    ) {
         if self.slot(item.table).is_none() {
             return;
         }
-        let store = |r: OwnedRow| {
-            if in_tx {
-                self.flush_id(r.table, r.id);
-                self.pending
-                    .lock()
-                    .unwrap_or_else(PoisonError::into_inner)
-                    .push(Pending {
-                        thread: std::thread::current().id(),
-                        table: r.table,
-                        id: r.id,
-                        row: Arc::new(r),
-                    });
-            } else {
-                self.put(r);
-            }
-        };
-        match (&item.op, result) {
+        let (id, row) = match (&item.op, result) {
             (BatchOp::Add { row, .. }, BatchResult::Added(id)) => {
                 let mut r = OwnedRow::from_fields(*row);
                 r.id = *id;
-                store(r);
+                (*id, Some(r))
             }
             (BatchOp::Update { row, fields: None }, BatchResult::Done) => {
-                store(OwnedRow::from_fields(*row))
+                (row.id(), Some(OwnedRow::from_fields(*row)))
             }
-            (BatchOp::Update { row, .. }, _) => self.flush_id(item.table, row.id()),
-            (BatchOp::Delete { id }, _) => self.flush_id(item.table, *id),
-            (BatchOp::Add { .. }, _) => {}
+            (BatchOp::Update { row, .. }, _) => (row.id(), None),
+            (BatchOp::Delete { id }, _) => (*id, None),
+            (BatchOp::Add { .. }, _) => return,
+        };
+        match (tx, row) {
+            (None, Some(r)) => self.put(r),
+            (None, None) => self.flush_id(item.table, id),
+            (Some(tx), row) => {
+                self.flush_id(item.table, id);
+                tx.rows.push(Pending {
+                    table: item.table,
+                    id,
+                    row: row.map(Arc::new),
+                });
+            }
         }
     }
 }
@@ -334,13 +356,12 @@ impl OrmCache {
         items: &[BatchItem<'_>],
         results: &[BatchResult],
         mut prepared: Vec<Option<Arc<OwnedRow>>>,
-        in_tx: bool,
+        mut tx: Option<&mut TxRows>,
     ) {
         if self.tables.is_empty() {
             return;
         }
         let now = Instant::now();
-        let mut pending = Vec::new();
         let mut locked = Locked::new(self);
         for (k, (item, result)) in items.iter().zip(results).enumerate() {
             let Some((t, rows)) = locked.get(item.table) else {
@@ -359,91 +380,77 @@ impl OrmCache {
             };
             let (id, row) = match (&item.op, result) {
                 (BatchOp::Add { row, .. }, BatchResult::Added(id)) => {
-                    (*id, copy(*row, Some(*id), &mut prepared))
+                    (*id, Some(copy(*row, Some(*id), &mut prepared)))
                 }
                 (BatchOp::Update { row, fields: None }, BatchResult::Done) => {
-                    (row.id(), copy(*row, None, &mut prepared))
+                    (row.id(), Some(copy(*row, None, &mut prepared)))
                 }
-                (BatchOp::Update { row, .. }, _) => {
-                    remove(rows, row.id());
-                    continue;
-                }
-                (BatchOp::Delete { id }, _) => {
-                    remove(rows, *id);
-                    continue;
-                }
+                (BatchOp::Update { row, .. }, _) => (row.id(), None),
+                (BatchOp::Delete { id }, _) => (*id, None),
                 (BatchOp::Add { .. }, _) => continue,
             };
-            if in_tx {
-                remove(rows, id);
-                if pending.capacity() == 0 {
-                    pending.reserve(items.len() - k);
+            match (tx.as_deref_mut(), row) {
+                (None, Some(row)) => {
+                    if rows.is_empty() {
+                        rows.reserve(items.len().min(t.rule.max_entries));
+                    }
+                    t.store(rows, id, row, now);
                 }
-                pending.push((item.table, id, row));
-            } else {
-                if rows.is_empty() {
-                    rows.reserve(items.len().min(t.rule.max_entries));
+                (None, None) => remove(rows, id),
+                (Some(tx), row) => {
+                    remove(rows, id);
+                    if tx.rows.capacity() == 0 {
+                        tx.rows.reserve(items.len() - k);
+                    }
+                    tx.rows.push(Pending {
+                        table: item.table,
+                        id,
+                        row,
+                    });
                 }
-                t.store(rows, id, row, now);
             }
         }
         drop(locked);
         // Copies left over belong to failed writes; they go off the lock.
         drop(prepared);
-        if !pending.is_empty() {
-            let me = std::thread::current().id();
-            let mut p = self.pending.lock().unwrap_or_else(PoisonError::into_inner);
-            let mine = pending.into_iter().map(|(table, id, row)| Pending {
-                thread: me,
-                table,
-                id,
-                row,
-            });
-            if p.is_empty() {
-                *p = mine.collect();
-            } else {
-                p.extend(mine);
-            }
-        }
     }
 
-    /// Stores the rows the calling thread wrote in its transaction, which has
-    /// just committed.
-    pub fn commit(&self) {
-        let rows = self.take_pending();
-        let n = rows.len();
+    /// Applies what a transaction wrote, now committed: its whole rows are
+    /// stored, the other entries it touched dropped again.
+    pub(crate) fn commit(&self, tx: TxRows) {
+        for t in &tx.tables {
+            self.flush_table(t);
+        }
+        let n = tx.rows.len();
         let now = Instant::now();
         let mut locked = Locked::new(self);
-        for r in rows {
+        for r in tx.rows {
             if let Some((t, map)) = locked.get(r.table) {
-                if map.is_empty() {
-                    map.reserve(n.min(t.rule.max_entries));
+                match r.row {
+                    Some(row) => {
+                        if map.is_empty() {
+                            map.reserve(n.min(t.rule.max_entries));
+                        }
+                        t.store(map, r.id, row, now);
+                    }
+                    None => remove(map, r.id),
                 }
-                t.store(map, r.id, r.row, now);
             }
         }
     }
 
-    /// Forgets the rows the calling thread wrote in its transaction, which
-    /// has just rolled back.
-    pub fn rollback(&self) {
+    /// Forgets what a transaction wrote, now rolled back: an entry a reader
+    /// put back meanwhile may hold a row the transaction had not committed.
+    pub(crate) fn rollback(&self, tx: TxRows) {
+        for t in &tx.tables {
+            self.flush_table(t);
+        }
         let mut locked = Locked::new(self);
-        for r in self.take_pending() {
+        for r in tx.rows {
             if let Some((_, map)) = locked.get(r.table) {
                 remove(map, r.id);
             }
         }
-    }
-
-    fn take_pending(&self) -> Vec<Pending> {
-        let me = std::thread::current().id();
-        let mut p = self.pending.lock().unwrap_or_else(PoisonError::into_inner);
-        if p.iter().all(|r| r.thread == me) {
-            return std::mem::take(&mut *p);
-        }
-        let (mine, rest) = p.drain(..).partition(|r| r.thread == me);
-        *p = rest;
-        mine
     }
 }
 
@@ -458,7 +465,10 @@ fn remove(rows: &mut Rows, id: i64) {
 /// Any engine with an [`OrmCache`] in front of its retrieve-by-ID.
 ///
 /// Writes through it keep the cache right; writes that bypass it (another
-/// process, another engine handle) are seen once the entry expires.
+/// process, another engine handle) are seen once the entry expires. Inside
+/// one of its transactions, reads by ID go to the engine (the transaction
+/// sees its own writes, which the cache holds only once committed), and the
+/// entries of rows it writes are dropped at once and set at its end.
 pub struct CachedEngine {
     inner: Arc<dyn Storage>,
     cache: OrmCache,
@@ -480,6 +490,34 @@ impl CachedEngine {
         &self.inner
     }
 
+    fn link(&self) -> Cached<'_> {
+        Cached {
+            rows: &*self.inner,
+            cache: &self.cache,
+            tx: None,
+        }
+    }
+}
+
+/// The row calls of a [`CachedEngine`] (`tx` is `None`) or of one of its
+/// transactions: the inner engine's or transaction's, with the cache kept.
+struct Cached<'a> {
+    rows: &'a dyn RowOps,
+    cache: &'a OrmCache,
+    /// What the open transaction wrote so far.
+    tx: Option<&'a RefCell<TxRows>>,
+}
+
+impl Cached<'_> {
+    fn after_write(&self, item: &BatchItem<'_>, result: &BatchResult) {
+        match self.tx {
+            Some(tx) => self
+                .cache
+                .after_write(item, result, Some(&mut tx.borrow_mut())),
+            None => self.cache.after_write(item, result, None),
+        }
+    }
+
     /// Drops the cached rows that `items` update or delete.
     fn flush_items(&self, items: &[BatchItem<'_>]) {
         for item in items {
@@ -492,24 +530,14 @@ impl CachedEngine {
     }
 }
 
-impl Storage for CachedEngine {
-    fn engine_name(&self) -> &'static str {
-        self.inner.engine_name()
-    }
-
-    fn ensure_table(&self, table: &'static Table) -> Result<()> {
-        self.inner.ensure_table(table)
-    }
-
+impl RowOps for Cached<'_> {
     fn insert(&self, table: &'static Table, id: Option<i64>, row: &dyn Fields) -> Result<i64> {
-        let new_id = self.inner.insert(table, id, row)?;
+        let new_id = self.rows.insert(table, id, row)?;
         let item = BatchItem {
             table,
             op: BatchOp::Add { id, row },
         };
-        let tx = self.inner.in_transaction();
-        self.cache
-            .after_write(&item, &BatchResult::Added(new_id), tx);
+        self.after_write(&item, &BatchResult::Added(new_id));
         Ok(new_id)
     }
 
@@ -521,7 +549,7 @@ impl Storage for CachedEngine {
     ) -> Result<bool> {
         // Dropped first: a failure after the write must not leave a stale entry.
         self.cache.flush_id(table, row.id());
-        let done = self.inner.update(table, row, fields)?;
+        let done = self.rows.update(table, row, fields)?;
         let item = BatchItem {
             table,
             op: BatchOp::Update { row, fields },
@@ -531,19 +559,29 @@ impl Storage for CachedEngine {
         } else {
             BatchResult::Missing
         };
-        self.cache
-            .after_write(&item, &r, self.inner.in_transaction());
+        self.after_write(&item, &r);
         Ok(done)
     }
 
     fn delete(&self, table: &'static Table, id: i64) -> Result<bool> {
         self.cache.flush_id(table, id);
-        self.inner.delete(table, id)
+        let existed = self.rows.delete(table, id)?;
+        if self.tx.is_some() {
+            let item = BatchItem {
+                table,
+                op: BatchOp::Delete { id },
+            };
+            self.after_write(&item, &BatchResult::Done);
+        }
+        Ok(existed)
     }
 
     fn delete_where(&self, table: &'static Table, filter: &Filter) -> Result<u64> {
         self.cache.flush_table(table);
-        let n = self.inner.delete_where(table, filter)?;
+        if let Some(tx) = self.tx {
+            tx.borrow_mut().flush_table(table);
+        }
+        let n = self.rows.delete_where(table, filter)?;
         self.cache.flush_table(table);
         Ok(n)
     }
@@ -554,15 +592,18 @@ impl Storage for CachedEngine {
         id: i64,
         out: &mut dyn FnMut(&dyn Row) -> Result<()>,
     ) -> Result<bool> {
+        if self.tx.is_some() {
+            return self.rows.retrieve(table, id, out);
+        }
         if let Some(r) = self.cache.with(table, id, |row| out(row)) {
             r?;
             return Ok(true);
         }
-        if !self.cache.covers(table, id) || self.inner.in_transaction() {
-            return self.inner.retrieve(table, id, out);
+        if !self.cache.covers(table, id) {
+            return self.rows.retrieve(table, id, out);
         }
         let mut copy = None;
-        let found = self.inner.retrieve(table, id, &mut |row| {
+        let found = self.rows.retrieve(table, id, &mut |row| {
             copy = Some(OwnedRow::from_row(table, row)?);
             out(row)
         })?;
@@ -578,11 +619,11 @@ impl Storage for CachedEngine {
         select: &Select,
         out: &mut dyn FnMut(&dyn Row) -> Result<()>,
     ) -> Result<()> {
-        self.inner.select(table, select, out)
+        self.rows.select(table, select, out)
     }
 
     fn count(&self, table: &'static Table, filter: &Filter) -> Result<u64> {
-        self.inner.count(table, filter)
+        self.rows.count(table, filter)
     }
 
     fn select_value(
@@ -591,7 +632,7 @@ impl Storage for CachedEngine {
         column: Column,
         select: &Select,
     ) -> Result<Option<Value>> {
-        self.inner.select_value(table, column, select)
+        self.rows.select_value(table, column, select)
     }
 
     fn apply_batch(
@@ -602,12 +643,38 @@ impl Storage for CachedEngine {
     ) -> Result<()> {
         self.flush_items(items);
         let start = results.len();
-        let r = self.inner.apply_batch(items, results, stop_on_error);
-        let tx = self.inner.in_transaction();
-        for (item, res) in items.iter().zip(&results[start..]) {
-            self.cache.after_write(item, res, tx);
+        let r = self.rows.apply_batch(items, results, stop_on_error);
+        let done = &results[start..];
+        match self.tx {
+            Some(tx) => self
+                .cache
+                .after_batch(items, done, Vec::new(), Some(&mut tx.borrow_mut())),
+            None => self.cache.after_batch(items, done, Vec::new(), None),
         }
         r
+    }
+}
+
+burrow_core::forward_row_ops!(CachedEngine, |s| s.link());
+
+impl Storage for CachedEngine {
+    fn caps(&self) -> Caps {
+        self.inner.caps()
+    }
+
+    fn ensure_table(&self, table: &'static Table) -> Result<()> {
+        self.inner.ensure_table(table)
+    }
+
+    fn begin(self: Arc<Self>) -> Result<Box<dyn EngineTx>> {
+        let inner = self.inner.clone().begin()?;
+        Ok(Box::new(CachedTx {
+            inner,
+            writes: TxWrites {
+                engine: self,
+                rows: RefCell::default(),
+            },
+        }))
     }
 
     fn apply_batch_in_transaction(
@@ -617,7 +684,8 @@ impl Storage for CachedEngine {
         stop_on_error: bool,
         rollback_on_error: bool,
     ) -> Option<Result<()>> {
-        self.flush_items(items);
+        let link = self.link();
+        link.flush_items(items);
         let start = results.len();
         let r = self.inner.apply_batch_in_transaction(
             items,
@@ -627,46 +695,77 @@ impl Storage for CachedEngine {
         )?;
         // Committed (or undone) before returning: nothing waits for a commit.
         if r.is_ok() {
-            for (item, res) in items.iter().zip(&results[start..]) {
-                self.cache.after_write(item, res, false);
-            }
+            self.cache
+                .after_batch(items, &results[start..], Vec::new(), None);
         }
         Some(r)
     }
 
-    fn expose(&self, table: &'static Table, engine: Arc<dyn Storage>) -> Result<bool> {
-        self.inner.expose(table, engine)
+    fn filters_typed(&self, table: &'static Table, field: usize) -> bool {
+        self.inner.filters_typed(table, field)
     }
 
-    fn sql_select(
-        &self,
-        table: &'static Table,
-        sql: &str,
-        params: &[Value],
-        out: &mut dyn FnMut(&dyn Row) -> Result<()>,
-    ) -> Result<()> {
-        self.inner.sql_select(table, sql, params, out)
+    /// The inner engine's SQL, as it is: SQL reads never go through the
+    /// cache, so they see the engine's rows, as fresh as they are there.
+    fn sql_host(&self) -> Option<&dyn SqlHost> {
+        self.inner.sql_host()
     }
+}
 
-    fn begin(&self) -> Result<()> {
-        self.inner.begin()
+/// A transaction of a [`CachedEngine`]: the inner engine's, and what it
+/// wrote through the cache.
+struct CachedTx {
+    /// Declared first: dropped without a commit, it rolls back before the
+    /// cache forgets its writes.
+    inner: Box<dyn EngineTx>,
+    writes: TxWrites,
+}
+
+/// The writes of a [`CachedTx`] so far; dropped before they are handed to
+/// [`OrmCache::commit`], they are forgotten as rolled back.
+struct TxWrites {
+    engine: Arc<CachedEngine>,
+    rows: RefCell<TxRows>,
+}
+
+impl Drop for TxWrites {
+    fn drop(&mut self) {
+        self.engine.cache.rollback(self.rows.take());
     }
+}
 
-    fn commit(&self) -> Result<()> {
-        let r = self.inner.commit();
+impl CachedTx {
+    fn link(&self) -> Cached<'_> {
+        Cached {
+            rows: &*self.inner,
+            cache: &self.writes.engine.cache,
+            tx: Some(&self.writes.rows),
+        }
+    }
+}
+
+burrow_core::forward_row_ops!(CachedTx, |s| s.link());
+
+impl EngineTx for CachedTx {
+    fn commit(self: Box<Self>) -> Result<()> {
+        let CachedTx { inner, writes } = *self;
+        let rows = writes.rows.take();
+        let r = inner.commit();
         match r {
-            Ok(()) => self.cache.commit(),
-            Err(_) => self.cache.rollback(),
+            Ok(()) => writes.engine.cache.commit(rows),
+            Err(_) => writes.engine.cache.rollback(rows),
         }
         r
     }
 
-    fn rollback(&self) -> Result<()> {
-        self.cache.rollback();
-        self.inner.rollback()
+    fn rollback(self: Box<Self>) -> Result<()> {
+        let CachedTx { inner, writes } = *self;
+        let r = inner.rollback();
+        drop(writes);
+        r
     }
 
-    fn in_transaction(&self) -> bool {
-        self.inner.in_transaction()
+    fn sql_host(&self) -> Option<&dyn SqlHost> {
+        self.inner.sql_host()
     }
 }

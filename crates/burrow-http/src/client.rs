@@ -8,31 +8,31 @@
 //! - Connections are blocking sockets (TLS over them for `https://` URLs, with
 //!   the `tls` feature) kept alive in a pool: a call takes one, or opens one,
 //!   and puts it back after a complete response.
-//! - A transaction pins a connection to the thread that began it (the server
-//!   runs that connection's requests on one thread of its own): `BEGIN`, the
-//!   calls, then `END` or `ABORT`.
+//! - A transaction is a value that owns a connection taken from the pool:
+//!   `BEGIN` on it, every call through the transaction on it (the server
+//!   ties the transaction to that connection), then `END` or `ABORT`, and
+//!   the connection goes back to the pool. Dropped without a commit, it
+//!   sends `ABORT`.
 //! - A batch is one `PUT /{root}/Batch` request.
 //! - WHERE clauses travel as mORMot's inline parameters (`:(…):`), rendered from
 //!   the checked [`Filter`], so the server parses and binds them again.
 //! - An [`OrmCache`] may keep rows by ID; see [`RemoteBuilder::cache`].
 
-use std::collections::HashMap;
+use std::cell::RefCell;
 use std::io::{IoSlice, Read, Write};
 use std::net::{SocketAddr, TcpStream, ToSocketAddrs};
-use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, OnceLock, PoisonError};
-use std::thread::ThreadId;
 use std::time::{Duration, Instant};
 
 use burrow_core::json::{self, JsonDialect};
 use burrow_core::{
-    BatchItem, BatchOp, BatchResult, Column, Error, Fields, Filter, OwnedRow, Result, Row, Select,
-    Storage, Table, Value,
+    BatchItem, BatchOp, BatchResult, Caps, Column, EngineTx, Error, Fields, Filter, OwnedRow,
+    Result, Row, RowOps, Select, SqlHost, Storage, Table, Value,
 };
 
 use crate::auth::{mormot_password_hash, mormot_private_key, mormot_proof, mormot_signature};
-use crate::cache::OrmCache;
-use crate::http::percent_encode;
+use crate::cache::{OrmCache, TxRows};
+use crate::web::wire::{header_text, percent_encode, Framing};
 
 const ENGINE: &str = "remote";
 
@@ -60,6 +60,26 @@ struct Reply {
     location: Option<String>,
 }
 
+/// What a record's conversions say they expected (`burrow-core`'s
+/// `FieldType` impls and JSON readers), for rebuilding a server's
+/// [`Error::TypeMismatch`].
+const KNOWN_EXPECTATIONS: [&str; 14] = [
+    "i64",
+    "i32",
+    "u32",
+    "f64",
+    "bool",
+    "currency",
+    "text",
+    "blob",
+    "date",
+    "date-time",
+    "JSON",
+    "JSON text",
+    "reference ID",
+    "a value (the field is not nullable)",
+];
+
 impl Reply {
     fn text(&self) -> String {
         serde_json::from_slice::<serde_json::Value>(&self.body)
@@ -72,13 +92,59 @@ impl Reply {
             .unwrap_or_else(|| String::from_utf8_lossy(&self.body).into_owned())
     }
 
+    /// How long the server waited for another transaction, when it answered
+    /// that an engine was busy.
+    fn waited(&self) -> Option<Duration> {
+        serde_json::from_slice::<serde_json::Value>(&self.body)
+            .ok()?
+            .get("waited")?
+            .as_u64()
+            .map(Duration::from_millis)
+    }
+
+    /// A type mismatch the server reported, as it reported it.
+    fn mismatch(&self) -> Option<Error> {
+        let v = serde_json::from_slice::<serde_json::Value>(&self.body).ok()?;
+        let member = |name: &str| v.get(name).and_then(|m| m.as_str());
+        let expected = member("expected")?;
+        Some(Error::TypeMismatch {
+            at: member("at")?.to_owned(),
+            // The error holds a static text: one of the expectations a
+            // record's conversion states, else a general one.
+            expected: KNOWN_EXPECTATIONS
+                .iter()
+                .find(|k| **k == expected)
+                .copied()
+                .unwrap_or("a value of the field's type"),
+            found: member("found")?.to_owned(),
+        })
+    }
+
     /// The error this reply stands for (a status other than 2xx).
     fn error(&self, table: Option<&Table>) -> Error {
+        if self.status == 400 {
+            if let Some(e) = self.mismatch() {
+                return e;
+            }
+        }
         let text = self.text();
         match self.status {
             409 => Error::UniqueViolation {
                 table: table.map_or_else(String::new, |t| t.name.to_owned()),
                 detail: text,
+            },
+            503 => match self.waited() {
+                Some(waited) => Error::Busy {
+                    engine: ENGINE,
+                    waited,
+                },
+                None => Error::engine(
+                    ENGINE,
+                    RemoteError {
+                        status: self.status,
+                        text,
+                    },
+                ),
             },
             400 | 404 | 405 | 411 | 413 => Error::BadInput(format!(
                 "the server refused the request ({}): {text}",
@@ -272,8 +338,6 @@ impl RemoteBuilder {
             host: host.to_owned(),
             root: root.trim_matches('/').to_owned(),
             pool: Mutex::new(Vec::new()),
-            tx: Mutex::new(HashMap::new()),
-            tx_count: AtomicUsize::new(0),
             credentials: Mutex::new(match self.bearer {
                 Some(t) => Credentials::Bearer(t),
                 None => Credentials::None,
@@ -302,10 +366,9 @@ pub struct RemoteEngine {
     tls: Option<crate::tls::Connector>,
     host: String,
     root: String,
+    /// Idle connections, for calls outside a transaction and for
+    /// transactions to begin on.
     pool: Mutex<Vec<Conn>>,
-    /// Connections pinned to the threads that began a transaction.
-    tx: Mutex<HashMap<ThreadId, Conn>>,
-    tx_count: AtomicUsize,
     credentials: Mutex<Credentials>,
     cache: OrmCache,
     timeout: Duration,
@@ -427,71 +490,33 @@ impl RemoteEngine {
         })
     }
 
-    /// Sends one request; `path` is relative to the root (`Sample/1?…`).
-    fn call(&self, method: &str, path: &str, body: &[u8]) -> Result<Reply> {
-        self.call_with(method, path, Body::Bytes(body), &mut || {})
+    /// The engine's own calls: each on any pooled connection, and its own
+    /// transaction on the server.
+    fn link(&self) -> Link<'_> {
+        Link {
+            engine: self,
+            tx: None,
+        }
     }
 
-    /// [`RemoteEngine::call`], running `waiting` once the request is sent and
-    /// before its answer is read.
-    fn call_with(
+    /// Sends one request outside any transaction; `path` is relative to the
+    /// root (`Sample/1?…`).
+    fn call(&self, method: &str, path: &str, body: &[u8]) -> Result<Reply> {
+        self.link().call(method, path, body)
+    }
+
+    /// Sends `req` on a pooled connection (a new one if none is idle), and
+    /// pools the connection again after a complete answer.
+    fn pooled(
         &self,
-        method: &str,
-        path: &str,
-        body: Body<'_>,
+        req: Request<'_>,
+        replayable: bool,
         waiting: &mut dyn FnMut(),
     ) -> Result<Reply> {
-        let len = match body {
-            Body::Bytes(b) => b.len(),
-            Body::Streamed(len, _) => len,
-        };
-        let mut head = Vec::with_capacity(256 + len.min(SMALL_BODY));
-        self.write_head(&mut head, method, path, len);
-        // A small body travels in the head's buffer (one write); a large one
-        // is written from where it is, not copied.
-        let req = match body {
-            Body::Bytes(b) if b.len() <= SMALL_BODY => {
-                head.extend_from_slice(b);
-                Request {
-                    head: &head,
-                    body: Body::Bytes(b""),
-                }
-            }
-            _ => Request { head: &head, body },
-        };
-        let me = std::thread::current().id();
-        if self.tx_count.load(Ordering::Acquire) > 0 {
-            let pinned = self
-                .tx
-                .lock()
-                .unwrap_or_else(PoisonError::into_inner)
-                .remove(&me);
-            if let Some(mut c) = pinned {
-                let r = exchange(&mut c, req, waiting);
-                if r.as_ref().is_ok_and(|(_, keep)| *keep) {
-                    self.tx
-                        .lock()
-                        .unwrap_or_else(PoisonError::into_inner)
-                        .insert(me, c);
-                } else {
-                    // The transaction's connection is gone, and the server
-                    // rolled the transaction back with it.
-                    self.tx_count.fetch_sub(1, Ordering::AcqRel);
-                    self.cache.rollback();
-                }
-                return r.map(|(reply, _)| reply).map_err(Retry::into_error);
-            }
-        }
         // A write must not be sent twice: on a kept connection the server may
         // have closed while idle, which is checked first, since a failure
         // after sending would leave open whether it ran.
-        let replayable = method == "GET";
-        let mut conn = match self
-            .pool
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .pop()
-        {
+        let mut conn = match self.idle() {
             Some(c) if replayable || c.open() => c,
             _ => self.open_conn()?,
         };
@@ -504,13 +529,26 @@ impl RemoteEngine {
             Err(e) => return Err(e.into_error()),
         };
         if keep {
-            conn.reused = true;
-            self.pool
-                .lock()
-                .unwrap_or_else(PoisonError::into_inner)
-                .push(conn);
+            self.put_back(conn);
         }
         Ok(reply)
+    }
+
+    /// An idle pooled connection, if any.
+    fn idle(&self) -> Option<Conn> {
+        self.pool
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .pop()
+    }
+
+    /// Pools a connection that carried a request and can carry another.
+    fn put_back(&self, mut conn: Conn) {
+        conn.reused = true;
+        self.pool
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .push(conn);
     }
 
     fn write_head(&self, out: &mut Vec<u8>, method: &str, path: &str, len: usize) {
@@ -545,30 +583,11 @@ impl RemoteEngine {
         out.extend_from_slice(b"\r\n");
     }
 
-    fn one(&self, method: &str, path: &str, body: &[u8]) -> Result<Reply> {
-        self.call(method, path, body)
-    }
-
     fn table_path(table: &Table, id: Option<i64>) -> String {
         match id {
             Some(id) => format!("{}/{id}", table.name),
             None => table.name.to_owned(),
         }
-    }
-
-    fn list(&self, table: &'static Table, columns: &str, select: &Select) -> Result<Vec<u8>> {
-        let mut path = format!("{}?select=", table.name);
-        percent_encode(columns, &mut path);
-        let tail = render_tail(table, select)?;
-        if !tail.is_empty() {
-            path.push_str("&where=");
-            percent_encode(&tail, &mut path);
-        }
-        let r = self.one("GET", &path, b"")?;
-        if r.status != 200 {
-            return Err(r.error(Some(table)));
-        }
-        Ok(r.body)
     }
 }
 
@@ -702,21 +721,24 @@ fn exchange(
         match resp.parse(&c.buf) {
             Ok(httparse::Status::Complete(head)) => {
                 let status = resp.code.unwrap_or(0);
-                let mut len = 0usize;
-                let mut keep = resp.version == Some(1);
+                let mut framing = Framing::new(resp.version);
                 let mut location = None;
                 for h in resp.headers.iter() {
-                    let v = std::str::from_utf8(h.value).unwrap_or("").trim();
-                    if h.name.eq_ignore_ascii_case("content-length") {
-                        len = v
-                            .parse()
-                            .map_err(|_| Retry::No(Error::engine(ENGINE, "bad Content-Length")))?;
-                    } else if h.name.eq_ignore_ascii_case("connection") {
-                        keep = !v.eq_ignore_ascii_case("close");
-                    } else if h.name.eq_ignore_ascii_case("location") {
-                        location = Some(v.to_owned());
+                    let framed = framing
+                        .header(h.name, h.value)
+                        .map_err(|_| Retry::No(Error::engine(ENGINE, "bad Content-Length")))?;
+                    if !framed && h.name.eq_ignore_ascii_case("location") {
+                        location = header_text(h.value).map(str::to_owned);
                     }
                 }
+                if framing.chunked {
+                    return Err(Retry::No(Error::engine(
+                        ENGINE,
+                        "a chunked response (Burrow and mORMot servers send a Content-Length)",
+                    )));
+                }
+                let len = framing.content_length.unwrap_or(0);
+                let keep = framing.keep_alive;
                 if status == 100 {
                     c.buf.drain(..head);
                     continue;
@@ -827,6 +849,14 @@ fn inline_param(v: &Value, out: &mut String) -> Result<()> {
         Value::Date(d) => quoted(&burrow_core::datetime::format_date(*d), out),
         Value::DateTime(t) => quoted(&burrow_core::datetime::format_datetime(*t), out),
         Value::Text(s) => quoted(s, out),
+        // Burrow's WHERE reads SQL's blob literal (mORMot has none).
+        Value::Blob(b) => {
+            out.push_str("x'");
+            for byte in b {
+                out.push_str(&format!("{byte:02x}"));
+            }
+            out.push('\'');
+        }
         other => {
             return Err(Error::Unsupported(format!(
                 "a {} parameter cannot travel in a remote WHERE clause",
@@ -930,305 +960,81 @@ fn first_cell(body: &[u8]) -> Result<Option<serde_json::Value>> {
     })
 }
 
-impl Storage for RemoteEngine {
-    fn engine_name(&self) -> &'static str {
-        ENGINE
-    }
-
-    fn ensure_table(&self, table: &'static Table) -> Result<()> {
-        let r = self.one("GET", &format!("{}?select=ID&results=1", table.name), b"")?;
-        match r.status {
-            200 | 401 | 403 => Ok(()),
-            _ => Err(Error::UnknownTable(format!(
-                "{} on the server: {}",
-                table.name,
-                r.text()
-            ))),
-        }
-    }
-
-    fn insert(&self, table: &'static Table, id: Option<i64>, row: &dyn Fields) -> Result<i64> {
-        let mut body = Vec::with_capacity(256);
-        match id {
-            Some(id) => {
-                // The forced ID travels in the object.
-                let mut r = OwnedRow::from_fields(row);
-                r.id = id;
-                json::write_fields(&mut body, &r, None, true, JsonDialect::Exact);
-            }
-            None => json::write_fields(&mut body, row, None, false, JsonDialect::Exact),
-        }
-        let r = self.one("POST", table.name, &body)?;
-        if r.status != 201 {
-            return Err(r.error(Some(table)));
-        }
-        let new_id = r
-            .location
-            .as_deref()
-            .and_then(|l| l.rsplit('/').next())
-            .and_then(|s| s.parse().ok())
-            .ok_or_else(|| Error::engine(ENGINE, "201 without a Location"))?;
-        let item = BatchItem {
-            table,
-            op: BatchOp::Add { id, row },
-        };
-        self.cache
-            .after_write(&item, &BatchResult::Added(new_id), self.in_transaction());
-        Ok(new_id)
-    }
-
-    fn update(
-        &self,
-        table: &'static Table,
-        row: &dyn Fields,
-        fields: Option<&[usize]>,
-    ) -> Result<bool> {
-        self.cache.flush_id(table, row.id());
-        let mut body = Vec::with_capacity(256);
-        json::write_fields(&mut body, row, fields, false, JsonDialect::Exact);
-        let r = self.one("PUT", &Self::table_path(table, Some(row.id())), &body)?;
-        let done = match r.status {
-            200 => true,
-            404 => false,
-            _ => return Err(r.error(Some(table))),
-        };
-        let item = BatchItem {
-            table,
-            op: BatchOp::Update { row, fields },
-        };
-        let res = if done {
-            BatchResult::Done
-        } else {
-            BatchResult::Missing
-        };
-        self.cache.after_write(&item, &res, self.in_transaction());
-        Ok(done)
-    }
-
-    fn delete(&self, table: &'static Table, id: i64) -> Result<bool> {
-        self.cache.flush_id(table, id);
-        let r = self.one("DELETE", &Self::table_path(table, Some(id)), b"")?;
-        match r.status {
-            200 => Ok(true),
-            404 => Ok(false),
-            _ => Err(r.error(Some(table))),
-        }
-    }
-
-    fn delete_where(&self, table: &'static Table, filter: &Filter) -> Result<u64> {
-        self.cache.flush_table(table);
-        let mut path = format!("{}?where=", table.name);
-        percent_encode(&render_filter(table, filter)?, &mut path);
-        let r = self.one("DELETE", &path, b"")?;
-        self.cache.flush_table(table);
-        if r.status != 200 {
-            return Err(r.error(Some(table)));
-        }
-        serde_json::from_slice::<serde_json::Value>(&r.body)
-            .ok()
-            .and_then(|v| v.get("deleted").and_then(|d| d.as_u64()))
-            .ok_or_else(|| Error::engine(ENGINE, "unexpected answer to a DELETE"))
-    }
-
-    fn retrieve(
-        &self,
-        table: &'static Table,
-        id: i64,
-        out: &mut dyn FnMut(&dyn Row) -> Result<()>,
-    ) -> Result<bool> {
-        let in_tx = self.in_transaction();
-        if !in_tx {
-            if let Some(r) = self.cache.with(table, id, |row| out(row)) {
-                r?;
-                return Ok(true);
-            }
-        }
-        let r = self.one("GET", &Self::table_path(table, Some(id)), b"")?;
-        match r.status {
-            200 => {
-                let row = parse_object(table, &r.body)?;
-                out(&row)?;
-                if !in_tx && self.cache.covers(table, id) {
-                    self.cache.put(row);
-                }
-                Ok(true)
-            }
-            404 => Ok(false),
-            _ => Err(r.error(Some(table))),
-        }
-    }
-
-    fn select(
-        &self,
-        table: &'static Table,
-        select: &Select,
-        out: &mut dyn FnMut(&dyn Row) -> Result<()>,
-    ) -> Result<()> {
-        let body = self.list(table, "*", select)?;
-        for row in json::parse_list(table, &body)? {
-            out(&row)?;
-        }
-        Ok(())
-    }
-
-    fn count(&self, table: &'static Table, filter: &Filter) -> Result<u64> {
-        let mut sql = format!("SELECT count(*) FROM {}", table.name);
-        let w = render_filter(table, filter)?;
-        if !w.is_empty() {
-            sql.push_str(" WHERE ");
-            sql.push_str(&w);
-        }
-        let r = self.one("GET", "", sql.as_bytes())?;
-        if r.status != 200 {
-            return Err(r.error(Some(table)));
-        }
-        first_cell(&r.body)?
-            .and_then(|v| v.as_u64())
-            .ok_or_else(|| Error::engine(ENGINE, "unexpected answer to a count"))
-    }
-
-    fn select_value(
-        &self,
-        table: &'static Table,
-        column: Column,
-        select: &Select,
-    ) -> Result<Option<Value>> {
-        let body = self.list(table, table.column_name(column), select)?;
-        match first_cell(&body)? {
-            None => Ok(None),
-            Some(v) => match column {
-                Column::Id => Ok(json::parse_id(&v).map(Value::Int)),
-                Column::Field(i) => json::parse_value(table, &table.fields[i], &v).map(Some),
-            },
-        }
-    }
-
-    fn apply_batch(
-        &self,
-        items: &[BatchItem<'_>],
-        results: &mut Vec<BatchResult>,
-        stop_on_error: bool,
-    ) -> Result<()> {
-        if items.is_empty() {
-            return Ok(());
-        }
-        let (r, prepared) = self.send_batch(items, stop_on_error, None)?;
-        self.batch_results(items, &r, results, prepared)
-    }
-
-    /// The server runs the batch under its own transaction: one request, where
-    /// `begin`, the batch and `commit` would be three round trips and a
-    /// transaction thread on the server.
-    fn apply_batch_in_transaction(
-        &self,
-        items: &[BatchItem<'_>],
-        results: &mut Vec<BatchResult>,
-        stop_on_error: bool,
-        rollback_on_error: bool,
-    ) -> Option<Result<()>> {
-        if self.in_transaction() {
-            return None;
-        }
-        if items.is_empty() {
-            return Some(Ok(()));
-        }
-        let r = self.send_batch(items, stop_on_error, Some(rollback_on_error));
-        Some(r.and_then(|(r, prepared)| self.batch_results(items, &r, results, prepared)))
-    }
-
-    fn sql_select(
-        &self,
-        table: &'static Table,
-        sql: &str,
-        params: &[Value],
-        out: &mut dyn FnMut(&dyn Row) -> Result<()>,
-    ) -> Result<()> {
-        let text = inline_sql(sql, params)?;
-        let r = self.one("GET", "", text.as_bytes())?;
-        if r.status != 200 {
-            return Err(r.error(Some(table)));
-        }
-        for row in json::parse_list(table, &r.body)? {
-            out(&row)?;
-        }
-        Ok(())
-    }
-
-    fn begin(&self) -> Result<()> {
-        let me = std::thread::current().id();
-        if self.in_transaction() {
-            return Err(Error::Transaction(
-                "a transaction is already open on this thread; nested transactions are not supported",
-            ));
-        }
-        let mut conn = match self
-            .pool
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .pop()
-        {
-            Some(c) => c,
-            None => self.open_conn()?,
-        };
-        let mut head = Vec::new();
-        self.write_head(&mut head, "BEGIN", "", 0);
-        let req = Request {
-            head: &head,
-            body: Body::Bytes(b""),
-        };
-        // A BEGIN that ran on a connection now gone ended with it: sending it
-        // again is safe.
-        let (reply, keep) = match exchange(&mut conn, req, &mut || {}) {
-            Ok(r) => r,
-            Err(e) if conn.reused && e.again(true) => {
-                conn = self.open_conn()?;
-                exchange(&mut conn, req, &mut || {}).map_err(Retry::into_error)?
-            }
-            Err(e) => return Err(e.into_error()),
-        };
-        if reply.status != 200 {
-            if keep {
-                self.pool
-                    .lock()
-                    .unwrap_or_else(PoisonError::into_inner)
-                    .push(conn);
-            }
-            return Err(reply.error(None));
-        }
-        if !keep {
-            return Err(Error::engine(
-                ENGINE,
-                "the server closed the transaction's connection",
-            ));
-        }
-        conn.reused = true;
-        self.tx
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .insert(me, conn);
-        self.tx_count.fetch_add(1, Ordering::AcqRel);
-        Ok(())
-    }
-
-    fn commit(&self) -> Result<()> {
-        self.end("END")
-    }
-
-    fn rollback(&self) -> Result<()> {
-        self.end("ABORT")
-    }
-
-    fn in_transaction(&self) -> bool {
-        self.tx_count.load(Ordering::Acquire) > 0
-            && self
-                .tx
-                .lock()
-                .unwrap_or_else(PoisonError::into_inner)
-                .contains_key(&std::thread::current().id())
-    }
+/// The calls of a [`RemoteEngine`] (`tx` is `None`: each on any pooled
+/// connection, its own transaction on the server) or of one of its open
+/// transactions (on the connection the server ties that transaction to).
+#[derive(Clone, Copy)]
+struct Link<'a> {
+    engine: &'a RemoteEngine,
+    tx: Option<&'a TxLine>,
 }
 
-impl RemoteEngine {
+impl Link<'_> {
+    /// Sends one request; `path` is relative to the root (`Sample/1?…`).
+    fn call(&self, method: &str, path: &str, body: &[u8]) -> Result<Reply> {
+        self.call_with(method, path, Body::Bytes(body), &mut || {})
+    }
+
+    /// [`Link::call`], running `waiting` once the request is sent and
+    /// before its answer is read.
+    fn call_with(
+        &self,
+        method: &str,
+        path: &str,
+        body: Body<'_>,
+        waiting: &mut dyn FnMut(),
+    ) -> Result<Reply> {
+        let len = match body {
+            Body::Bytes(b) => b.len(),
+            Body::Streamed(len, _) => len,
+        };
+        let mut head = Vec::with_capacity(256 + len.min(SMALL_BODY));
+        self.engine.write_head(&mut head, method, path, len);
+        // A small body travels in the head's buffer (one write); a large one
+        // is written from where it is, not copied.
+        let req = match body {
+            Body::Bytes(b) if b.len() <= SMALL_BODY => {
+                head.extend_from_slice(b);
+                Request {
+                    head: &head,
+                    body: Body::Bytes(b""),
+                }
+            }
+            _ => Request { head: &head, body },
+        };
+        match self.tx {
+            Some(line) => line.send(&self.engine.cache, req, waiting),
+            None => self.engine.pooled(req, method == "GET", waiting),
+        }
+    }
+
+    /// Keeps the cache right after a write (see [`OrmCache::after_write`]).
+    fn after_write(&self, item: &BatchItem<'_>, result: &BatchResult) {
+        match self.tx {
+            Some(line) => {
+                self.engine
+                    .cache
+                    .after_write(item, result, Some(&mut line.rows.borrow_mut()))
+            }
+            None => self.engine.cache.after_write(item, result, None),
+        }
+    }
+
+    fn list(&self, table: &'static Table, columns: &str, select: &Select) -> Result<Vec<u8>> {
+        let mut path = format!("{}?select=", table.name);
+        percent_encode(columns, &mut path);
+        let tail = render_tail(table, select)?;
+        if !tail.is_empty() {
+            path.push_str("&where=");
+            percent_encode(&tail, &mut path);
+        }
+        let r = self.call("GET", &path, b"")?;
+        if r.status != 200 {
+            return Err(r.error(Some(table)));
+        }
+        Ok(r.body)
+    }
+
     /// Sends a batch request for `items` (see [`RemoteEngine::write_batch`]);
     /// returns the reply and the cache's copies of the rows, made while the
     /// server works.
@@ -1242,8 +1048,8 @@ impl RemoteEngine {
         // body may be encoded twice).
         for item in items {
             match item.op {
-                BatchOp::Update { row, .. } => self.cache.flush_id(item.table, row.id()),
-                BatchOp::Delete { id } => self.cache.flush_id(item.table, id),
+                BatchOp::Update { row, .. } => self.engine.cache.flush_id(item.table, row.id()),
+                BatchOp::Delete { id } => self.engine.cache.flush_id(item.table, id),
                 BatchOp::Add { .. } => {}
             }
         }
@@ -1293,7 +1099,7 @@ impl RemoteEngine {
         };
         let mut prepared = Vec::new();
         let r = self.call_with("PUT", "Batch", body, &mut || {
-            prepared = self.cache.prepare_batch(items);
+            prepared = self.engine.cache.prepare_batch(items);
         })?;
         Ok((r, prepared))
     }
@@ -1435,48 +1241,450 @@ impl RemoteEngine {
                 });
             }
         }
-        self.cache
-            .after_batch(items, &results[start..], prepared, self.in_transaction());
+        let done = &results[start..];
+        match self.tx {
+            Some(line) => self.engine.cache.after_batch(
+                items,
+                done,
+                prepared,
+                Some(&mut line.rows.borrow_mut()),
+            ),
+            None => self.engine.cache.after_batch(items, done, prepared, None),
+        }
+        Ok(())
+    }
+
+    fn sql_select(
+        &self,
+        table: &'static Table,
+        sql: &str,
+        params: &[Value],
+        out: &mut dyn FnMut(&dyn Row) -> Result<()>,
+    ) -> Result<()> {
+        let text = inline_sql(sql, params)?;
+        let r = self.call("GET", "", text.as_bytes())?;
+        if r.status != 200 {
+            return Err(r.error(Some(table)));
+        }
+        for row in json::parse_list(table, &r.body)? {
+            out(&row)?;
+        }
         Ok(())
     }
 }
 
-impl RemoteEngine {
-    fn end(&self, verb: &str) -> Result<()> {
-        let me = std::thread::current().id();
-        let conn = self
-            .tx
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .remove(&me);
-        let Some(mut conn) = conn else {
-            return Err(Error::Transaction("no transaction is open on this thread"));
+impl RowOps for Link<'_> {
+    fn insert(&self, table: &'static Table, id: Option<i64>, row: &dyn Fields) -> Result<i64> {
+        let mut body = Vec::with_capacity(256);
+        match id {
+            Some(id) => {
+                // The forced ID travels in the object.
+                let mut r = OwnedRow::from_fields(row);
+                r.id = id;
+                json::write_fields(&mut body, &r, None, true, JsonDialect::Exact);
+            }
+            None => json::write_fields(&mut body, row, None, false, JsonDialect::Exact),
+        }
+        let r = self.call("POST", table.name, &body)?;
+        if r.status != 201 {
+            return Err(r.error(Some(table)));
+        }
+        let new_id = r
+            .location
+            .as_deref()
+            .and_then(|l| l.rsplit('/').next())
+            .and_then(|s| s.parse().ok())
+            .ok_or_else(|| Error::engine(ENGINE, "201 without a Location"))?;
+        let item = BatchItem {
+            table,
+            op: BatchOp::Add { id, row },
         };
-        self.tx_count.fetch_sub(1, Ordering::AcqRel);
+        self.after_write(&item, &BatchResult::Added(new_id));
+        Ok(new_id)
+    }
+
+    fn update(
+        &self,
+        table: &'static Table,
+        row: &dyn Fields,
+        fields: Option<&[usize]>,
+    ) -> Result<bool> {
+        self.engine.cache.flush_id(table, row.id());
+        let mut body = Vec::with_capacity(256);
+        json::write_fields(&mut body, row, fields, false, JsonDialect::Exact);
+        let r = self.call(
+            "PUT",
+            &RemoteEngine::table_path(table, Some(row.id())),
+            &body,
+        )?;
+        let done = match r.status {
+            200 => true,
+            404 => false,
+            _ => return Err(r.error(Some(table))),
+        };
+        let item = BatchItem {
+            table,
+            op: BatchOp::Update { row, fields },
+        };
+        let res = if done {
+            BatchResult::Done
+        } else {
+            BatchResult::Missing
+        };
+        self.after_write(&item, &res);
+        Ok(done)
+    }
+
+    fn delete(&self, table: &'static Table, id: i64) -> Result<bool> {
+        self.engine.cache.flush_id(table, id);
+        let r = self.call("DELETE", &RemoteEngine::table_path(table, Some(id)), b"")?;
+        let existed = match r.status {
+            200 => true,
+            404 => false,
+            _ => return Err(r.error(Some(table))),
+        };
+        if self.tx.is_some() {
+            let item = BatchItem {
+                table,
+                op: BatchOp::Delete { id },
+            };
+            self.after_write(&item, &BatchResult::Done);
+        }
+        Ok(existed)
+    }
+
+    fn delete_where(&self, table: &'static Table, filter: &Filter) -> Result<u64> {
+        self.engine.cache.flush_table(table);
+        if let Some(line) = self.tx {
+            line.rows.borrow_mut().flush_table(table);
+        }
+        let mut path = format!("{}?where=", table.name);
+        percent_encode(&render_filter(table, filter)?, &mut path);
+        let r = self.call("DELETE", &path, b"")?;
+        self.engine.cache.flush_table(table);
+        if r.status != 200 {
+            return Err(r.error(Some(table)));
+        }
+        serde_json::from_slice::<serde_json::Value>(&r.body)
+            .ok()
+            .and_then(|v| v.get("deleted").and_then(|d| d.as_u64()))
+            .ok_or_else(|| Error::engine(ENGINE, "unexpected answer to a DELETE"))
+    }
+
+    fn retrieve(
+        &self,
+        table: &'static Table,
+        id: i64,
+        out: &mut dyn FnMut(&dyn Row) -> Result<()>,
+    ) -> Result<bool> {
+        // IDs are positive on the wire (as in mORMot): no row has another.
+        if id <= 0 {
+            return Ok(false);
+        }
+        // Inside a transaction the server has the rows it wrote, which the
+        // cache holds only once it commits.
+        let in_tx = self.tx.is_some();
+        if !in_tx {
+            if let Some(r) = self.engine.cache.with(table, id, |row| out(row)) {
+                r?;
+                return Ok(true);
+            }
+        }
+        let r = self.call("GET", &RemoteEngine::table_path(table, Some(id)), b"")?;
+        match r.status {
+            200 => {
+                let row = parse_object(table, &r.body)?;
+                out(&row)?;
+                if !in_tx && self.engine.cache.covers(table, id) {
+                    self.engine.cache.put(row);
+                }
+                Ok(true)
+            }
+            404 => Ok(false),
+            _ => Err(r.error(Some(table))),
+        }
+    }
+
+    fn select(
+        &self,
+        table: &'static Table,
+        select: &Select,
+        out: &mut dyn FnMut(&dyn Row) -> Result<()>,
+    ) -> Result<()> {
+        let body = self.list(table, "*", select)?;
+        for row in json::parse_list(table, &body)? {
+            out(&row)?;
+        }
+        Ok(())
+    }
+
+    fn count(&self, table: &'static Table, filter: &Filter) -> Result<u64> {
+        let mut sql = format!("SELECT count(*) FROM {}", table.name);
+        let w = render_filter(table, filter)?;
+        if !w.is_empty() {
+            sql.push_str(" WHERE ");
+            sql.push_str(&w);
+        }
+        let r = self.call("GET", "", sql.as_bytes())?;
+        if r.status != 200 {
+            return Err(r.error(Some(table)));
+        }
+        first_cell(&r.body)?
+            .and_then(|v| v.as_u64())
+            .ok_or_else(|| Error::engine(ENGINE, "unexpected answer to a count"))
+    }
+
+    fn select_value(
+        &self,
+        table: &'static Table,
+        column: Column,
+        select: &Select,
+    ) -> Result<Option<Value>> {
+        let body = self.list(table, table.column_name(column), select)?;
+        match first_cell(&body)? {
+            None => Ok(None),
+            Some(v) => match column {
+                Column::Id => Ok(json::parse_id(&v).map(Value::Int)),
+                Column::Field(i) => json::parse_value(table, &table.fields[i], &v).map(Some),
+            },
+        }
+    }
+
+    fn apply_batch(
+        &self,
+        items: &[BatchItem<'_>],
+        results: &mut Vec<BatchResult>,
+        stop_on_error: bool,
+    ) -> Result<()> {
+        if items.is_empty() {
+            return Ok(());
+        }
+        let (r, prepared) = self.send_batch(items, stop_on_error, None)?;
+        self.batch_results(items, &r, results, prepared)
+    }
+}
+
+burrow_core::forward_row_ops!(RemoteEngine, |s| s.link());
+
+impl Storage for RemoteEngine {
+    fn caps(&self) -> Caps {
+        Caps::network(ENGINE)
+    }
+
+    fn ensure_table(&self, table: &'static Table) -> Result<()> {
+        let r = self.call("GET", &format!("{}?select=ID&results=1", table.name), b"")?;
+        match r.status {
+            200 | 401 | 403 => Ok(()),
+            _ => Err(Error::UnknownTable(format!(
+                "{} on the server: {}",
+                table.name,
+                r.text()
+            ))),
+        }
+    }
+
+    fn begin(self: Arc<Self>) -> Result<Box<dyn EngineTx>> {
+        let mut conn = match self.idle() {
+            Some(c) => c,
+            None => self.open_conn()?,
+        };
         let mut head = Vec::new();
-        self.write_head(&mut head, verb, "", 0);
+        self.write_head(&mut head, "BEGIN", "", 0);
+        let req = Request {
+            head: &head,
+            body: Body::Bytes(b""),
+        };
+        // A BEGIN that ran on a connection now gone ended with it: sending it
+        // again is safe.
+        let (reply, keep) = match exchange(&mut conn, req, &mut || {}) {
+            Ok(r) => r,
+            Err(e) if conn.reused && e.again(true) => {
+                conn = self.open_conn()?;
+                exchange(&mut conn, req, &mut || {}).map_err(Retry::into_error)?
+            }
+            Err(e) => return Err(e.into_error()),
+        };
+        if reply.status != 200 {
+            if keep {
+                self.put_back(conn);
+            }
+            return Err(reply.error(None));
+        }
+        if !keep {
+            return Err(Error::engine(
+                ENGINE,
+                "the server closed the transaction's connection",
+            ));
+        }
+        conn.reused = true;
+        Ok(Box::new(RemoteTx {
+            engine: self,
+            line: TxLine {
+                conn: RefCell::new(Some(conn)),
+                rows: RefCell::default(),
+            },
+        }))
+    }
+
+    /// The server runs the batch under its own transaction: one request, where
+    /// `begin`, the batch and `commit` would be three round trips.
+    fn apply_batch_in_transaction(
+        &self,
+        items: &[BatchItem<'_>],
+        results: &mut Vec<BatchResult>,
+        stop_on_error: bool,
+        rollback_on_error: bool,
+    ) -> Option<Result<()>> {
+        if items.is_empty() {
+            return Some(Ok(()));
+        }
+        let link = self.link();
+        let r = link.send_batch(items, stop_on_error, Some(rollback_on_error));
+        Some(r.and_then(|(r, prepared)| link.batch_results(items, &r, results, prepared)))
+    }
+
+    fn sql_host(&self) -> Option<&dyn SqlHost> {
+        Some(self)
+    }
+}
+
+impl SqlHost for RemoteEngine {
+    fn sql_select(
+        &self,
+        table: &'static Table,
+        sql: &str,
+        params: &[Value],
+        out: &mut dyn FnMut(&dyn Row) -> Result<()>,
+    ) -> Result<()> {
+        self.link().sql_select(table, sql, params, out)
+    }
+
+    /// Nothing to do: the SQL runs on the server, which sees its own tables
+    /// only; a statement naming a table held elsewhere fails there.
+    fn expose(&self, table: &'static Table, engine: Arc<dyn Storage>) -> Result<()> {
+        let _ = (table, engine);
+        Ok(())
+    }
+}
+
+/// What an open remote transaction holds.
+struct TxLine {
+    /// The connection the server ties the transaction to; `None` once it
+    /// was lost, and the server rolled the transaction back with it.
+    conn: RefCell<Option<Conn>>,
+    /// What the transaction wrote through the cache.
+    rows: RefCell<TxRows>,
+}
+
+impl TxLine {
+    /// Sends `req` on the transaction's connection.
+    fn send(&self, cache: &OrmCache, req: Request<'_>, waiting: &mut dyn FnMut()) -> Result<Reply> {
+        let mut slot = self.conn.borrow_mut();
+        let Some(conn) = slot.as_mut() else {
+            return Err(lost());
+        };
+        let r = exchange(conn, req, waiting);
+        if !r.as_ref().is_ok_and(|(_, keep)| *keep) {
+            // Never sent again on another connection: the transaction is gone
+            // with this one.
+            *slot = None;
+            cache.rollback(self.rows.take());
+        }
+        r.map(|(reply, _)| reply).map_err(Retry::into_error)
+    }
+}
+
+#[cold]
+fn lost() -> Error {
+    Error::Transaction(
+        "the remote transaction's connection closed, and the server rolled the transaction back",
+    )
+}
+
+/// An open transaction on the server: `BEGIN` was sent on its connection,
+/// and every call goes on that connection until `END` or `ABORT`.
+struct RemoteTx {
+    engine: Arc<RemoteEngine>,
+    line: TxLine,
+}
+
+impl RemoteTx {
+    fn link(&self) -> Link<'_> {
+        Link {
+            engine: &self.engine,
+            tx: Some(&self.line),
+        }
+    }
+
+    /// Ends the transaction with `END` (commit) or `ABORT`, then pools its
+    /// connection again.
+    fn end(&mut self, verb: &str) -> Result<()> {
+        let rows = self.line.rows.take();
+        let Some(mut conn) = self.line.conn.get_mut().take() else {
+            // Already rolled back by the server, when the connection was lost.
+            return if verb == "END" { Err(lost()) } else { Ok(()) };
+        };
+        let mut head = Vec::new();
+        self.engine.write_head(&mut head, verb, "", 0);
         let req = Request {
             head: &head,
             body: Body::Bytes(b""),
         };
         let r = exchange(&mut conn, req, &mut || {}).map_err(Retry::into_error);
-        let ok = matches!(&r, Ok((reply, _)) if reply.status == 200);
-        if ok && verb == "END" {
-            self.cache.commit();
+        let committed = verb == "END" && matches!(&r, Ok((reply, _)) if reply.status == 200);
+        if committed {
+            self.engine.cache.commit(rows);
         } else {
-            self.cache.rollback();
+            self.engine.cache.rollback(rows);
         }
         let (reply, keep) = r?;
         if keep {
-            self.pool
-                .lock()
-                .unwrap_or_else(PoisonError::into_inner)
-                .push(conn);
+            self.engine.put_back(conn);
         }
         if reply.status != 200 {
             return Err(reply.error(None));
         }
         Ok(())
+    }
+}
+
+burrow_core::forward_row_ops!(RemoteTx, |s| s.link());
+
+impl EngineTx for RemoteTx {
+    fn commit(mut self: Box<Self>) -> Result<()> {
+        self.end("END")
+    }
+
+    fn rollback(mut self: Box<Self>) -> Result<()> {
+        self.end("ABORT")
+    }
+
+    fn sql_host(&self) -> Option<&dyn SqlHost> {
+        Some(self)
+    }
+}
+
+impl SqlHost for RemoteTx {
+    fn sql_select(
+        &self,
+        table: &'static Table,
+        sql: &str,
+        params: &[Value],
+        out: &mut dyn FnMut(&dyn Row) -> Result<()>,
+    ) -> Result<()> {
+        self.link().sql_select(table, sql, params, out)
+    }
+}
+
+impl Drop for RemoteTx {
+    /// `ABORT` rather than only closing the connection, which the server
+    /// also rolls back on: once this returns the server has rolled back, so
+    /// the caller's next call never waits for it, and the connection is
+    /// pooled again.
+    fn drop(&mut self) {
+        if self.line.conn.get_mut().is_some() {
+            let _ = self.end("ABORT");
+        }
     }
 }
 

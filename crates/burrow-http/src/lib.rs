@@ -18,9 +18,13 @@
 //! # }
 //! ```
 //!
-//! - [`Server`], [`ServerBuilder`], [`Limits`], [`Execution`]: the server
-//!   (`server.rs`: the event loop; `rest.rs`: the routes; `batch.rs`: batch
-//!   bodies, read by `reader.rs`; `sql.rs`: the SELECT subset it accepts).
+//! - [`Server`], [`ServerBuilder`], [`Limits`], [`Execution`]: the REST
+//!   server (`server.rs`: its handler, where calls run, transactions;
+//!   `rest.rs`: the routes; `batch.rs`: batch bodies, read by `reader.rs`;
+//!   `sql.rs`: the SELECT subset it accepts).
+//! - [`web`]: the HTTP/1.1 server core the REST server is a handler of, and
+//!   that an application can put its own [`web::Handler`] on (connections,
+//!   pipelining, limits, `Date`, TLS, shutdown).
 //! - [`Auth`], [`Group`], [`Rights`]: access control (`auth.rs`).
 //! - [`RemoteEngine`], [`RemoteBuilder`], [`RemoteError`]: the client (`client.rs`).
 //! - [`OrmCache`], [`CachedEngine`]: the ORM cache (`cache.rs`).
@@ -33,17 +37,18 @@ mod auth;
 mod batch;
 mod cache;
 mod client;
-mod http;
 mod reader;
 mod rest;
 mod server;
 mod sql;
 #[cfg(feature = "tls")]
 mod tls;
+pub mod web;
 
 pub use auth::{
     mormot_password_hash, mormot_private_key, mormot_proof, mormot_signature, Auth, Group, Rights,
 };
 pub use cache::{CacheRule, CachedEngine, OrmCache};
 pub use client::{RemoteBuilder, RemoteEngine, RemoteError};
-pub use server::{Execution, Limits, Server, ServerBuilder};
+pub use server::{Execution, Server, ServerBuilder};
+pub use web::Limits;

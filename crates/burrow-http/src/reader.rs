@@ -514,6 +514,13 @@ impl<'a> Reader<'a> {
                     if let Some(v) = number_value(f.kind, text) {
                         return Ok(v);
                     }
+                    if f.kind == FieldKind::Currency {
+                        // Read from the digits, exactly: beyond 15 digits a
+                        // double would round the amount.
+                        if let Ok(c) = text.parse::<Currency>() {
+                            return Ok(Value::Currency(c));
+                        }
+                    }
                     let v: J =
                         serde_json::from_str(text).map_err(|e| Error::BadInput(e.to_string()))?;
                     if f.kind == FieldKind::Currency {

@@ -1,26 +1,130 @@
 //! The REST router: one request in, one response out, by synchronous calls
-//! into the hosted client's engines. Where it runs (event loop, blocking pool,
-//! a transaction's own thread) is the connection loop's business.
+//! into the hosted client's engines, or into the connection's open
+//! transaction. Where it runs (event loop, blocking pool) is the connection
+//! loop's business.
 
+use std::ops::Deref;
 use std::sync::atomic::Ordering;
+use std::sync::Arc;
 
 use burrow_core::chrono::Utc;
 use burrow_core::json::{self, ListWriter};
 use burrow_core::{
-    BatchResult, Column, Error, Filter, JsonDialect, Orm, OwnedRow, Select, Storage, Table,
-    ValueRef,
+    BatchResult, Column, Error, ErrorKind, Filter, JsonDialect, Orm, OwnedRow, RowOps, Select,
+    Table, Transaction, ValueRef,
 };
 
 use crate::auth::{Denied, Principal, Rights};
 use crate::batch;
-use crate::http::{Request, Response, TEXT};
 use crate::server::Shared;
 use crate::sql::{self, Projection, SqlError};
+use crate::web::{Request, RequestHead, Response, JSON, TEXT};
 
 type Outcome = std::result::Result<Response, Response>;
 
+/// A request as the REST routes see it: what its headers ask of the answer
+/// read once, and its body shared (a large batch's is parsed on another
+/// thread).
+pub(crate) struct RestRequest {
+    head: Request,
+    pub body: Arc<Vec<u8>>,
+    /// A mORMot client (its User-Agent says so): lists are compact.
+    pub mormot: bool,
+    /// A Burrow client asking for exact date-times (`Burrow-Json: exact`).
+    pub exact: bool,
+    /// A client asking for compact lists (`Burrow-Json: compact`).
+    pub compact: bool,
+}
+
+impl RestRequest {
+    pub fn new(mut head: Request) -> RestRequest {
+        let body = Arc::new(std::mem::take(&mut head.body));
+        let (mut mormot, mut exact, mut compact) = (false, false, false);
+        for (name, v) in head.headers() {
+            if name.eq_ignore_ascii_case("user-agent") {
+                mormot = v.contains("mORMot");
+            } else if name.eq_ignore_ascii_case("burrow-json") {
+                exact = v.contains("exact");
+                compact = v.contains("compact");
+            }
+        }
+        RestRequest {
+            head,
+            body,
+            mormot,
+            exact,
+            compact,
+        }
+    }
+}
+
+impl Deref for RestRequest {
+    type Target = RequestHead<'static>;
+
+    fn deref(&self) -> &RequestHead<'static> {
+        &self.head
+    }
+}
+
+/// The response for a failed call.
+pub(crate) fn error_response(e: &Error) -> Response {
+    let status = status_of(e);
+    let text = match e {
+        Error::NotFound { .. } => "Not Found".to_owned(),
+        // Engine failures are logged by no one here; their text may name
+        // files or internals, so the client gets the kind only.
+        Error::Engine { .. } | Error::Io(_) => "Internal Server Error".to_owned(),
+        other => other.to_string(),
+    };
+    let mut r = Response::error(status, &text);
+    // Members a Burrow client rebuilds the error from (a mORMot client reads
+    // errorCode and errorText only).
+    match e {
+        Error::Busy { waited, .. } => {
+            r.body.pop();
+            r.body.extend_from_slice(b",\"waited\":");
+            let ms = u64::try_from(waited.as_millis()).unwrap_or(u64::MAX);
+            r.body
+                .extend_from_slice(itoa::Buffer::new().format(ms).as_bytes());
+            r.body.push(b'}');
+        }
+        Error::TypeMismatch {
+            at,
+            expected,
+            found,
+        } => {
+            r.body.pop();
+            for (name, v) in [
+                ("at", at.as_str()),
+                ("expected", expected),
+                ("found", found),
+            ] {
+                r.body.push(b',');
+                burrow_core::json::write_str(&mut r.body, name);
+                r.body.push(b':');
+                burrow_core::json::write_str(&mut r.body, v);
+            }
+            r.body.push(b'}');
+        }
+        _ => {}
+    }
+    r
+}
+
+/// The one HTTP status of each error kind.
+pub(crate) fn status_of(e: &Error) -> u16 {
+    match e.kind() {
+        ErrorKind::NotFound => 404,
+        ErrorKind::UniqueViolation => 409,
+        ErrorKind::BadInput => 400,
+        // Nothing was done, and the same request may succeed later.
+        ErrorKind::Busy => 503,
+        _ => 500,
+    }
+}
+
 fn err(e: Error) -> Response {
-    Response::from_error(&e)
+    error_response(&e)
 }
 
 fn bad(msg: &str) -> Response {
@@ -33,23 +137,44 @@ fn denied(d: Denied) -> Response {
     }
 }
 
-/// Identifies the sender (always [`Principal::Anyone`] without access control).
-pub(crate) fn authenticate(sh: &Shared, req: &Request) -> std::result::Result<Principal, Response> {
+/// Identifies the sender from the request's head, before its body is read
+/// (always [`Principal::Anyone`] without access control).
+pub(crate) fn authenticate(
+    sh: &Shared,
+    head: &RequestHead<'_>,
+) -> std::result::Result<Principal, Response> {
     let Some(auth) = &sh.auth else {
         return Ok(Principal::Anyone);
     };
+    let bearer = bearer(head)?;
     // The server's time and the login itself need no credentials.
-    if let Some(rest) = root_rest(sh, &req.path) {
+    if let Some(rest) = root_rest(sh, head.path()) {
         let first = rest.split('/').next().unwrap_or("");
         if first.eq_ignore_ascii_case("timestamp") || first.eq_ignore_ascii_case("auth") {
-            let signed = req.query.contains("session_signature=") || req.bearer.is_some();
+            let signed = head.query().contains("session_signature=") || bearer.is_some();
             if !signed {
                 return Ok(Principal::Anyone);
             }
         }
     }
-    auth.identify(&req.target, req.bearer.as_deref())
-        .map_err(denied)
+    auth.identify(head.target(), bearer).map_err(denied)
+}
+
+/// The `Authorization: Bearer` token. Two `Authorization` headers are
+/// refused: which one counts would depend on the reader.
+fn bearer<'h>(head: &'h RequestHead<'_>) -> std::result::Result<Option<&'h str>, Response> {
+    let mut values = head
+        .headers()
+        .filter(|(n, _)| n.eq_ignore_ascii_case("authorization"));
+    let Some((_, v)) = values.next() else {
+        return Ok(None);
+    };
+    if values.next().is_some() {
+        return Err(bad("more than one Authorization header"));
+    }
+    Ok(v.strip_prefix("Bearer ")
+        .or_else(|| v.strip_prefix("bearer "))
+        .map(str::trim))
 }
 
 fn root_rest<'a>(sh: &Shared, path: &'a str) -> Option<&'a str> {
@@ -72,7 +197,7 @@ fn check(sh: &Shared, who: Principal, table: &Table, need: fn(&Rights) -> bool) 
     }
 }
 
-fn dialect(req: &Request) -> JsonDialect {
+fn dialect(req: &RestRequest) -> JsonDialect {
     if req.exact {
         JsonDialect::Exact
     } else {
@@ -103,27 +228,46 @@ fn json_object(
     }
 }
 
-/// Handles one request. `in_tx`: it runs on its connection's transaction thread.
-pub(crate) fn handle(sh: &Shared, req: &Request, who: Principal, in_tx: bool) -> Response {
-    match route(sh, req, who, in_tx) {
+/// What a request runs with: the server's state, and its connection's open
+/// transaction, if any, through which its engine calls then go.
+struct Ctx<'a> {
+    sh: &'a Shared,
+    tx: Option<&'a Transaction<'static>>,
+}
+
+impl Deref for Ctx<'_> {
+    type Target = Shared;
+    fn deref(&self) -> &Shared {
+        self.sh
+    }
+}
+
+/// Handles one request, inside `tx` when its connection has one open.
+pub(crate) fn handle(
+    sh: &Shared,
+    req: &RestRequest,
+    who: Principal,
+    tx: Option<&Transaction<'static>>,
+) -> Response {
+    match route(&Ctx { sh, tx }, req, who) {
         Ok(r) | Err(r) => r,
     }
 }
 
-fn route(sh: &Shared, req: &Request, who: Principal, in_tx: bool) -> Outcome {
-    let rest = root_rest(sh, &req.path).ok_or_else(|| Response::error(404, "Not Found"))?;
+fn route(sh: &Ctx<'_>, req: &RestRequest, who: Principal) -> Outcome {
+    let rest = root_rest(sh, req.path()).ok_or_else(|| Response::error(404, "Not Found"))?;
     let segs: Vec<&str> = if rest.is_empty() {
         Vec::new()
     } else {
         rest.split('/').collect()
     };
-    let m = req.method.as_str();
+    let m = req.method();
     let get = m == "GET" || m == "HEAD";
     match segs.as_slice() {
         [] if get => sql_select(sh, req, who),
         [t] if t.eq_ignore_ascii_case("timestamp") && get => {
             let mut r = Response::json(json::to_timelog(Utc::now()).to_string().into_bytes());
-            r.content_type = TEXT;
+            r.content_type = TEXT.into();
             Ok(r)
         }
         [t, i] if t.eq_ignore_ascii_case("timestamp") && i.eq_ignore_ascii_case("info") && get => {
@@ -151,11 +295,11 @@ fn route(sh: &Shared, req: &Request, who: Principal, in_tx: bool) -> Outcome {
             Ok(Response::empty(200))
         }
         [b] if b.eq_ignore_ascii_case("Batch") && (m == "PUT" || m == "POST") => {
-            run_batch(sh, req, who, None, in_tx)
+            run_batch(sh, req, who, None)
         }
         [t, b] if b.eq_ignore_ascii_case("Batch") && (m == "PUT" || m == "POST") => {
             let t = table(sh, t)?;
-            run_batch(sh, req, who, Some(t), in_tx)
+            run_batch(sh, req, who, Some(t))
         }
         [t] => {
             let t = table(sh, t)?;
@@ -170,7 +314,7 @@ fn route(sh: &Shared, req: &Request, who: Principal, in_tx: bool) -> Outcome {
             let t = table(sh, t)?;
             let id = parse_id(id)?;
             match m {
-                "GET" | "HEAD" => retrieve(sh, req, who, t, id, in_tx),
+                "GET" | "HEAD" => retrieve(sh, req, who, t, id),
                 "PUT" => update(sh, req, who, t, id),
                 "DELETE" => delete(sh, req, who, t, id),
                 _ => Err(Response::error(405, "Method Not Allowed")),
@@ -192,8 +336,14 @@ fn table(sh: &Shared, name: &str) -> std::result::Result<&'static Table, Respons
         .ok_or_else(|| err(Error::UnknownTable(name.to_owned())))
 }
 
-fn engine<'a>(sh: &'a Shared, t: &'static Table) -> std::result::Result<&'a dyn Storage, Response> {
-    sh.client.route(t).map_err(err)
+/// The row calls for `t`: its engine's, or those of the engine's part of
+/// the connection's transaction.
+fn engine<'a>(sh: &'a Ctx<'_>, t: &'static Table) -> std::result::Result<&'a dyn RowOps, Response> {
+    match sh.tx {
+        Some(tx) => tx.route(t),
+        None => sh.client.route(t),
+    }
+    .map_err(err)
 }
 
 fn wrote(sh: &Shared) {
@@ -201,13 +351,15 @@ fn wrote(sh: &Shared) {
 }
 
 fn retrieve(
-    sh: &Shared,
-    req: &Request,
+    sh: &Ctx<'_>,
+    req: &RestRequest,
     who: Principal,
     t: &'static Table,
     id: i64,
-    in_tx: bool,
 ) -> Outcome {
+    // Inside a transaction the engine has the rows it wrote, which the cache
+    // does not.
+    let in_tx = sh.tx.is_some();
     check(sh, who, t, |r| r.read)?;
     let d = dialect(req);
     let cols = all_columns(t);
@@ -238,7 +390,7 @@ fn retrieve(
     Ok(Response::json(body))
 }
 
-fn blob(sh: &Shared, who: Principal, t: &'static Table, id: i64, field: &str) -> Outcome {
+fn blob(sh: &Ctx<'_>, who: Principal, t: &'static Table, id: i64, field: &str) -> Outcome {
     check(sh, who, t, |r| r.read)?;
     let idx = t.field_index(field).ok_or_else(|| {
         err(Error::UnknownField {
@@ -265,11 +417,11 @@ fn blob(sh: &Shared, who: Principal, t: &'static Table, id: i64, field: &str) ->
         return Err(Response::error(404, "Not Found"));
     }
     let mut r = Response::json(out.unwrap_or_default());
-    r.content_type = "application/octet-stream";
+    r.content_type = "application/octet-stream".into();
     Ok(r)
 }
 
-fn add(sh: &Shared, req: &Request, who: Principal, t: &'static Table) -> Outcome {
+fn add(sh: &Ctx<'_>, req: &RestRequest, who: Principal, t: &'static Table) -> Outcome {
     check(sh, who, t, |r| r.create)?;
     let obj = json_object(&req.body)?;
     let (mut row, mut present) = OwnedRow::from_object(t, &obj, false).map_err(err)?;
@@ -278,12 +430,12 @@ fn add(sh: &Shared, req: &Request, who: Principal, t: &'static Table) -> Outcome
     let id = engine(sh, t)?.insert(t, forced, &row).map_err(err)?;
     wrote(sh);
     sh.cache.flush_id(t, id);
-    let mut r = Response::empty(201);
-    r.location = Some(format!("{}/{id}", t.name));
-    Ok(r)
+    Ok(Response::empty(201)
+        .header("Location", format!("{}/{id}", t.name))
+        .with_type(JSON))
 }
 
-fn update(sh: &Shared, req: &Request, who: Principal, t: &'static Table, id: i64) -> Outcome {
+fn update(sh: &Ctx<'_>, req: &RestRequest, who: Principal, t: &'static Table, id: i64) -> Outcome {
     check(sh, who, t, |r| r.update)?;
     let obj = json_object(&req.body)?;
     let (mut row, mut present) = OwnedRow::from_object(t, &obj, false).map_err(err)?;
@@ -307,7 +459,7 @@ fn update(sh: &Shared, req: &Request, who: Principal, t: &'static Table, id: i64
     Ok(Response::empty(200))
 }
 
-fn delete(sh: &Shared, req: &Request, who: Principal, t: &'static Table, id: i64) -> Outcome {
+fn delete(sh: &Ctx<'_>, req: &RestRequest, who: Principal, t: &'static Table, id: i64) -> Outcome {
     check(sh, who, t, |r| r.delete)?;
     sh.cache.flush_id(t, id);
     let existed = engine(sh, t)?.delete(t, id).map_err(err)?;
@@ -321,7 +473,7 @@ fn delete(sh: &Shared, req: &Request, who: Principal, t: &'static Table, id: i64
     Ok(Response::empty(200))
 }
 
-fn delete_where(sh: &Shared, req: &Request, who: Principal, t: &'static Table) -> Outcome {
+fn delete_where(sh: &Ctx<'_>, req: &RestRequest, who: Principal, t: &'static Table) -> Outcome {
     check(sh, who, t, |r| r.delete)?;
     let text = req.param("where").unwrap_or_default();
     let filter = Filter::parse(t, &text, &[]).map_err(err)?;
@@ -339,7 +491,7 @@ fn delete_where(sh: &Shared, req: &Request, who: Principal, t: &'static Table) -
 
 fn projection_of(
     t: &'static Table,
-    select: Option<String>,
+    select: Option<std::borrow::Cow<'_, str>>,
 ) -> std::result::Result<Vec<Column>, Response> {
     match select.as_deref().map(str::trim) {
         None | Some("") | Some("*") => Ok(all_columns(t)),
@@ -369,7 +521,7 @@ fn sql_err(e: SqlError) -> Response {
     }
 }
 
-fn list(sh: &Shared, req: &Request, who: Principal, t: &'static Table) -> Outcome {
+fn list(sh: &Ctx<'_>, req: &RestRequest, who: Principal, t: &'static Table) -> Outcome {
     check(sh, who, t, |r| r.read)?;
     let cols = projection_of(t, req.param("select"))?;
     let tail = sql::split_tail(&req.param("where").unwrap_or_default()).map_err(sql_err)?;
@@ -407,13 +559,13 @@ fn list(sh: &Shared, req: &Request, who: Principal, t: &'static Table) -> Outcom
     write_list(sh, req, t, &cols, &select)
 }
 
-fn compact(sh: &Shared, req: &Request) -> bool {
+fn compact(sh: &Shared, req: &RestRequest) -> bool {
     sh.compact || req.mormot || req.compact
 }
 
 fn write_list(
-    sh: &Shared,
-    req: &Request,
+    sh: &Ctx<'_>,
+    req: &RestRequest,
     t: &'static Table,
     cols: &[Column],
     select: &Select,
@@ -427,7 +579,7 @@ fn write_list(
     Ok(Response::json(body))
 }
 
-fn sql_select(sh: &Shared, req: &Request, who: Principal) -> Outcome {
+fn sql_select(sh: &Ctx<'_>, req: &RestRequest, who: Principal) -> Outcome {
     let text = std::str::from_utf8(&req.body).map_err(|_| bad("the SQL is not valid UTF-8"))?;
     if text.trim().is_empty() {
         return Err(bad("GET on the root takes a SELECT statement as its body"));
@@ -461,11 +613,10 @@ fn sql_select(sh: &Shared, req: &Request, who: Principal) -> Outcome {
 const PIPELINE_BYTES: usize = 256 * 1024;
 
 fn run_batch(
-    sh: &Shared,
-    req: &Request,
+    sh: &Ctx<'_>,
+    req: &RestRequest,
     who: Principal,
     default: Option<&'static Table>,
-    in_tx: bool,
 ) -> Outcome {
     let need = |op: &batch::Op| -> fn(&Rights) -> bool {
         match op {
@@ -479,7 +630,7 @@ fn run_batch(
             sh.cache.flush_id(t, id);
         }
     };
-    let route = |t: &'static Table| sh.client.route(t);
+    let route = |t: &'static Table| sh.client.engine(t);
     let admit = |op: &batch::Op| {
         flush(op);
         check(sh, who, op.table(), need(op)).is_ok()
@@ -487,7 +638,7 @@ fn run_batch(
     // Inside an open transaction, writes applied ahead of a parse error
     // could not be undone alone.
     let ahead = match &sh.parser {
-        Some(parser) if !in_tx && sh.local_engines && req.body.len() >= PIPELINE_BYTES => {
+        Some(parser) if sh.tx.is_none() && sh.local_engines && req.body.len() >= PIPELINE_BYTES => {
             batch::parse_and_run(parser, &sh.client, default, &req.body, &route, &admit)
         }
         _ => None,
@@ -518,13 +669,20 @@ fn run_batch(
         check(sh, who, op.table(), need(op))?;
     }
     parsed.ops().for_each(flush);
-    let r = batch::execute(&parsed, &route, in_tx);
+    let r = batch::execute(&parsed, |items, opts, stop| match sh.tx {
+        Some(tx) => tx.apply_items(items, opts, stop),
+        None => sh.client.apply_items(items, opts, stop),
+    });
     parsed.ops().for_each(flush);
     batch_outcome(sh, req, &r)
 }
 
 /// The answer to a batch that ran.
-fn batch_outcome(sh: &Shared, req: &Request, r: &burrow_core::Result<Vec<BatchResult>>) -> Outcome {
+fn batch_outcome(
+    sh: &Shared,
+    req: &RestRequest,
+    r: &burrow_core::Result<Vec<BatchResult>>,
+) -> Outcome {
     match r {
         Ok(results) => {
             wrote(sh);
@@ -532,21 +690,21 @@ fn batch_outcome(sh: &Shared, req: &Request, r: &burrow_core::Result<Vec<BatchRe
         }
         Err(Error::Batch { index, source }) => {
             wrote(sh);
-            let mut resp = Response::from_error(source);
+            let mut resp = error_response(source);
             resp.body.pop();
             resp.body
                 .extend_from_slice(format!(",\"index\":{index}}}").as_bytes());
             Err(resp)
         }
-        Err(e) => Err(Response::from_error(e)),
+        Err(e) => Err(error_response(e)),
     }
 }
 
-fn auth(sh: &Shared, req: &Request, who: Principal) -> Outcome {
+fn auth(sh: &Shared, req: &RestRequest, who: Principal) -> Outcome {
     let Some(auth) = &sh.auth else {
         return Err(Response::error(404, "authentication is not enabled"));
     };
-    if req.method == "POST" {
+    if req.method() == "POST" {
         let obj = json_object(&req.body)?;
         let s = |k: &str| {
             obj.iter()
@@ -589,59 +747,22 @@ fn auth(sh: &Shared, req: &Request, who: Principal) -> Outcome {
     }
 }
 
-/// Begins a transaction on every engine, on the calling (transaction) thread.
-pub(crate) fn begin_all(sh: &Shared) -> Response {
-    let mut begun = 0usize;
-    let r = sh.client.engines(&mut |e| {
-        e.begin()?;
-        begun += 1;
-        Ok(())
-    });
-    if let Err(e) = r {
-        let mut left = begun;
-        let _ = sh.client.engines(&mut |e| {
-            if left > 0 {
-                left -= 1;
-                e.rollback()?;
-            }
-            Ok(())
-        });
-        return err(e);
+/// Ends a connection's transaction: `END` commits it, `ABORT` rolls it back.
+pub(crate) fn end(sh: &Shared, tx: Transaction<'static>, commit: bool) -> Response {
+    if !commit {
+        // What the transaction wrote never shows; what a reader cached
+        // meanwhile from an engine that let it see those writes goes.
+        let _ = tx.rollback();
+        sh.cache.flush();
+        return Response::empty(200);
     }
-    Response::empty(200)
-}
-
-/// Commits every engine's transaction (rolling back the rest on a failure).
-pub(crate) fn commit_all(sh: &Shared) -> Response {
-    let mut first = None;
-    let _ = sh.client.engines(&mut |e| {
-        if first.is_none() {
-            if let Err(x) = e.commit() {
-                first = Some(x);
-            }
-        } else if e.in_transaction() {
-            let _ = e.rollback();
-        }
-        Ok(())
-    });
+    let r = tx.commit();
     wrote(sh);
-    match first {
-        None => Response::empty(200),
-        Some(e) => {
+    match r {
+        Ok(()) => Response::empty(200),
+        Err(e) => {
             sh.cache.flush();
             err(e)
         }
     }
-}
-
-/// Rolls back every engine's transaction.
-pub(crate) fn rollback_all(sh: &Shared) -> Response {
-    let _ = sh.client.engines(&mut |e| {
-        if e.in_transaction() {
-            let _ = e.rollback();
-        }
-        Ok(())
-    });
-    sh.cache.flush();
-    Response::empty(200)
 }

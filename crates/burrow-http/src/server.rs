@@ -1,19 +1,23 @@
-//! The HTTP server: a tokio event loop reading requests with `httparse`, and
-//! the engines' synchronous calls run where they cannot stall it.
+//! The REST server: the mORMot REST protocol as a handler of the server core
+//! ([`crate::web`]), and the engines' synchronous calls run where they
+//! cannot stall its event loop.
 //!
 //! # Where calls run
 //!
-//! - **Inline**, on the event loop's thread, for in-process engines (SQLite,
-//!   memory) while no remote transaction is open: a call costs microseconds,
-//!   less than a hand-off to another thread.
+//! - **Inline**, on the event loop's thread, for in-process engines
+//!   ([`Placement::InProcess`]) while no remote transaction is open: a call
+//!   costs microseconds, less than a hand-off to another thread.
 //! - On tokio's **blocking pool** for other engines (network-bound ones), and
-//!   for every call while a remote transaction is open (other threads' calls
-//!   then wait for it inside the engine, and must not block the event loop).
-//! - On a **transaction's own thread**: `BEGIN` starts a thread for its
-//!   connection, and every request of that connection runs there until `END`
-//!   or `ABORT`, because engines tie a transaction to the thread that began it.
-//!   A connection that closes (or times out) with a transaction open rolls it
-//!   back.
+//!   for every call while a remote transaction is open (calls then wait for
+//!   it inside the engine, at most its lock timeout, and must not block the
+//!   event loop).
+//! - **Transactions**: `BEGIN` opens a [`burrow_core::Transaction`] on the
+//!   blocking pool (it may wait for another one) and the connection keeps it
+//!   between requests; each later request of that connection runs through
+//!   it, on the pool, until `END` (commit) or `ABORT`. No thread is tied to
+//!   a transaction. A connection that closes (or times out) with a
+//!   transaction open drops it, which rolls it back (on the blocking pool
+//!   unless every engine is in-process).
 //!
 //! A large batch body (outside a remote transaction, with in-process engines)
 //! is also parsed on the server's **parser thread**, started with the server,
@@ -24,76 +28,31 @@
 //!
 //! # Connections
 //!
-//! HTTP/1.1 keep-alive; pipelined requests are answered in order, and their
-//! responses written together. Limits ([`Limits`]): header and body size
-//! (413), a deadline for a whole request once its first byte arrived (408,
-//! against slow clients), an idle keep-alive timeout, a write timeout, and a
-//! cap on open connections (503). A malformed request closes only its own
-//! connection.
-//!
-//! With the `tls` feature and [`ServerBuilder::tls`], every connection is TLS
-//! (rustls): the handshake must finish within the request timeout, and past
-//! the connection cap a connection is closed without a 503, which would need a
-//! handshake first.
-
+//! The REST protocol is one [`Handler`] on the server core
+//! ([`crate::web`]), which owns the connections: keep-alive, pipelining,
+//! limits ([`Limits`]), the `Date` header, TLS and graceful shutdown. The
+//! handler authenticates a request from its head ([`Handler::admit`]), so
+//! a request without valid credentials is refused before its body is read,
+//! keeps a connection's open transaction in its per-connection state, and
+//! adds `Server-InternalState` to every response.
 use std::io;
 use std::net::SocketAddr;
 use std::panic::AssertUnwindSafe;
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, RwLock};
-use std::time::Duration;
 
-use burrow_core::{Client, Error, Orm, Result};
-use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
-use tokio::net::TcpListener;
-use tokio::sync::watch;
-use tokio::time::{timeout, timeout_at, Instant};
+use burrow_core::{Client, Error, Placement, Result, Transaction};
 
-use crate::auth::Auth;
+use crate::auth::{Auth, Principal};
 use crate::cache::OrmCache;
-use crate::http::{percent_decode, write_response, DateCache, Request, Response};
-use crate::rest;
-
-/// Limits that protect the server from clients.
-#[derive(Debug, Clone)]
-pub struct Limits {
-    /// Largest request head (request line and headers), in bytes.
-    pub max_header_bytes: usize,
-    /// Largest request body, in bytes.
-    pub max_body_bytes: usize,
-    /// Time allowed to receive a whole request once its first byte arrived.
-    pub request_timeout: Duration,
-    /// Time a keep-alive connection may stay idle between requests.
-    pub idle_timeout: Duration,
-    /// Time allowed to write a response.
-    pub write_timeout: Duration,
-    /// Most connections open at once; more are answered 503 and closed.
-    pub max_connections: usize,
-    /// Bodies at least this large are gzipped for clients that accept it.
-    pub gzip_min_bytes: usize,
-    /// How long a graceful shutdown waits for requests in flight.
-    pub shutdown_timeout: Duration,
-}
-
-impl Default for Limits {
-    fn default() -> Self {
-        Limits {
-            max_header_bytes: 16 * 1024,
-            max_body_bytes: 64 * 1024 * 1024,
-            request_timeout: Duration::from_secs(30),
-            idle_timeout: Duration::from_secs(60),
-            write_timeout: Duration::from_secs(30),
-            max_connections: 10_000,
-            gzip_min_bytes: 4096,
-            shutdown_timeout: Duration::from_secs(10),
-        }
-    }
-}
+use crate::rest::{self, RestRequest};
+use crate::web::{Handler, Headers, HttpServer, Limits, Request, RequestHead, Response};
 
 /// Where engine calls run; see the module documentation.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub enum Execution {
-    /// Inline when every engine is in-process (`sqlite`, `memory`), else the pool.
+    /// Inline when every engine is in-process ([`Placement::InProcess`]),
+    /// else the pool.
     #[default]
     Auto,
     /// Always on the event loop's thread (when no transaction is open).
@@ -121,16 +80,30 @@ impl TxGate {
         Some(f())
     }
 
-    /// Called on a transaction's thread before it begins: from now on calls
-    /// go to the pool, and the inline ones under way finish first.
-    fn opening(&self) {
-        self.open.fetch_add(1, Ordering::SeqCst);
-        drop(self.lock.write());
+    /// Called before a remote transaction begins (off the event loop): from
+    /// now on calls go to the pool, and the inline ones under way finish
+    /// first. Inline calls come back when the ticket is dropped.
+    fn opening(sh: &Arc<Shared>) -> GateTicket {
+        sh.gate.open.fetch_add(1, Ordering::SeqCst);
+        drop(sh.gate.lock.write());
+        GateTicket(sh.clone())
     }
+}
 
-    fn closed(&self) {
-        self.open.fetch_sub(1, Ordering::SeqCst);
+/// Keeps inline calls off while a remote transaction is open or beginning.
+struct GateTicket(Arc<Shared>);
+
+impl Drop for GateTicket {
+    fn drop(&mut self) {
+        self.0.gate.open.fetch_sub(1, Ordering::SeqCst);
     }
+}
+
+/// A connection's open transaction.
+struct OpenTx {
+    /// Declared first: dropped, it rolls back before inline calls resume.
+    tx: Transaction<'static>,
+    ticket: GateTicket,
 }
 
 /// What every connection shares.
@@ -141,9 +114,8 @@ pub(crate) struct Shared {
     pub cache: OrmCache,
     /// `Server-InternalState`: grows on every write.
     pub state: AtomicU64,
-    pub limits: Limits,
     pub compact: bool,
-    /// Every engine is in-process (SQLite, memory).
+    /// Every engine is in-process ([`Placement::InProcess`]).
     pub local_engines: bool,
     /// Parses large batch bodies while the request's thread applies them
     /// (see [`crate::batch::parse_and_run`]). Started with the server, not
@@ -154,9 +126,69 @@ pub(crate) struct Shared {
     pub ran_ahead: AtomicU64,
     inline: bool,
     gate: TxGate,
-    date: DateCache,
-    server_name: String,
-    connections: AtomicUsize,
+}
+
+/// The REST protocol, as a handler of the server core.
+pub(crate) struct Rest(Arc<Shared>);
+
+/// A REST connection's state.
+#[derive(Default)]
+pub(crate) struct RestConn {
+    /// Who sent the request being handled, identified from its head.
+    who: Option<Principal>,
+    /// The transaction `BEGIN` opened on this connection.
+    tx: Option<OpenTx>,
+}
+
+impl Drop for RestConn {
+    fn drop(&mut self) {
+        let Some(open) = self.tx.take() else {
+            return;
+        };
+        // The client left with its transaction open: undo it. An engine that
+        // may answer over a network does it off the event loop.
+        let sh = open.ticket.0.clone();
+        let local = sh.local_engines;
+        let undo = move || {
+            let OpenTx { tx, ticket } = open;
+            rest::end(&sh, tx, false);
+            drop(ticket);
+        };
+        match tokio::runtime::Handle::try_current() {
+            Ok(rt) if !local => {
+                rt.spawn_blocking(undo);
+            }
+            _ => undo(),
+        }
+    }
+}
+
+impl Handler for Rest {
+    type Conn = RestConn;
+
+    fn admit(
+        &self,
+        conn: &mut RestConn,
+        head: &RequestHead<'_>,
+    ) -> std::result::Result<(), Response> {
+        conn.who = Some(rest::authenticate(&self.0, head)?);
+        Ok(())
+    }
+
+    async fn call(&self, conn: &mut RestConn, req: Request) -> Response {
+        let who = match conn.who.take() {
+            Some(who) => who,
+            None => match rest::authenticate(&self.0, &req) {
+                Ok(who) => who,
+                Err(r) => return r,
+            },
+        };
+        dispatch(&self.0, RestRequest::new(req), who, &mut conn.tx).await
+    }
+
+    fn extra_headers(&self, out: &mut Headers<'_>) {
+        out.number("Server-InternalState", self.0.state.load(Ordering::Relaxed));
+    }
 }
 
 /// Configures a [`Server`]; see [`Server::builder`].
@@ -168,8 +200,8 @@ pub struct ServerBuilder {
     limits: Limits,
     compact: bool,
     execution: Execution,
-    threads: usize,
-    server_name: String,
+    threads: Option<usize>,
+    server_name: Option<String>,
     #[cfg(feature = "tls")]
     tls: Option<(Vec<u8>, Vec<u8>)>,
 }
@@ -223,13 +255,13 @@ impl ServerBuilder {
 
     /// Event-loop threads (default: one per core).
     pub fn threads(mut self, n: usize) -> Self {
-        self.threads = n.max(1);
+        self.threads = Some(n);
         self
     }
 
     /// The `Server` header's value.
     pub fn server_name(mut self, name: impl Into<String>) -> Self {
-        self.server_name = name.into();
+        self.server_name = Some(name.into());
         self
     }
 
@@ -243,27 +275,11 @@ impl ServerBuilder {
         if let Some(a) = &mut auth {
             a.seal();
         }
-        #[cfg(feature = "tls")]
-        let tls = match &self.tls {
-            Some((cert, key)) => Some(crate::tls::acceptor(cert, key)?),
-            None => None,
-        };
-        #[cfg(not(feature = "tls"))]
-        let tls: Option<Tls> = None;
-        let std_listener = std::net::TcpListener::bind(addr)?;
-        std_listener.set_nonblocking(true)?;
-        let local = std_listener.local_addr()?;
-        let runtime = tokio::runtime::Builder::new_multi_thread()
-            .worker_threads(self.threads)
-            .thread_name("burrow-http")
-            .enable_io()
-            .enable_time()
-            .build()?;
-        let mut local_engines = true;
-        let _ = self.client.engines(&mut |e| {
-            local_engines &= matches!(e.engine_name(), "sqlite" | "memory");
-            Ok(())
-        });
+        let local_engines = self
+            .client
+            .engines()
+            .iter()
+            .all(|e| e.caps().placement == Placement::InProcess);
         let inline = match self.execution {
             Execution::Auto => local_engines,
             Execution::Inline => true,
@@ -275,7 +291,6 @@ impl ServerBuilder {
             auth,
             cache: self.cache,
             state: AtomicU64::new(1),
-            limits: self.limits,
             compact: self.compact,
             local_engines,
             parser: Worker::start("burrow-parse").ok(),
@@ -284,43 +299,36 @@ impl ServerBuilder {
                 open: AtomicUsize::new(0),
                 lock: RwLock::new(()),
             },
-            date: DateCache::new(),
-            server_name: self.server_name,
-            connections: AtomicUsize::new(0),
             ran_ahead: AtomicU64::new(0),
         });
-        let (stop_tx, stop_rx) = watch::channel(false);
-        let listener = {
-            let _g = runtime.enter();
-            TcpListener::from_std(std_listener)?
-        };
-        let scheme = if tls.is_some() { "https" } else { "http" };
-        let accept = runtime.spawn(accept_loop(shared.clone(), listener, tls, stop_rx));
+        let mut core = HttpServer::builder(Rest(shared.clone())).limits(self.limits);
+        if let Some(n) = self.threads {
+            core = core.threads(n);
+        }
+        if let Some(name) = self.server_name {
+            core = core.server_name(name);
+        }
+        #[cfg(feature = "tls")]
+        if let Some((cert, key)) = self.tls {
+            core = core.tls(cert, key);
+        }
         Ok(Server {
-            scheme,
+            core: core.bind(addr)?,
             shared,
-            runtime: Some(runtime),
-            stop: stop_tx,
-            accept: Some(accept),
-            local,
         })
     }
 }
 
 /// A running server. Dropping it shuts it down gracefully.
 pub struct Server {
-    scheme: &'static str,
+    core: HttpServer<Rest>,
     shared: Arc<Shared>,
-    runtime: Option<tokio::runtime::Runtime>,
-    stop: watch::Sender<bool>,
-    accept: Option<tokio::task::JoinHandle<()>>,
-    local: SocketAddr,
 }
 
 impl std::fmt::Debug for Server {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Server")
-            .field("addr", &self.local)
+            .field("addr", &self.core.local_addr())
             .field("root", &self.shared.root)
             .finish_non_exhaustive()
     }
@@ -337,8 +345,8 @@ impl Server {
             limits: Limits::default(),
             compact: false,
             execution: Execution::Auto,
-            threads: std::thread::available_parallelism().map_or(2, |n| n.get()),
-            server_name: format!("Burrow/{}", env!("CARGO_PKG_VERSION")),
+            threads: None,
+            server_name: None,
             #[cfg(feature = "tls")]
             tls: None,
         }
@@ -346,13 +354,18 @@ impl Server {
 
     /// The address it listens on.
     pub fn local_addr(&self) -> SocketAddr {
-        self.local
+        self.core.local_addr()
     }
 
     /// The base URL clients connect to: `http://{addr}/{root}`, or `https://`
     /// with TLS.
     pub fn url(&self) -> String {
-        format!("{}://{}/{}", self.scheme, self.local, self.shared.root)
+        format!(
+            "{}://{}/{}",
+            self.core.scheme(),
+            self.core.local_addr(),
+            self.shared.root
+        )
     }
 
     /// The server-side cache.
@@ -367,7 +380,7 @@ impl Server {
 
     /// Connections open now.
     pub fn connections(&self) -> usize {
-        self.shared.connections.load(Ordering::Relaxed)
+        self.core.connections()
     }
 
     /// Large batches applied while their body was still being parsed, on
@@ -378,115 +391,12 @@ impl Server {
 
     /// Stops accepting, lets requests in flight finish (up to
     /// [`Limits::shutdown_timeout`]), then closes every connection.
-    pub fn shutdown(mut self) {
-        self.stop_now();
-    }
-
-    fn stop_now(&mut self) {
-        let _ = self.stop.send(true);
-        let Some(rt) = self.runtime.take() else {
-            return;
-        };
-        let deadline = std::time::Instant::now() + self.shared.limits.shutdown_timeout;
-        if let Some(a) = self.accept.take() {
-            let _ = rt.block_on(async { timeout(self.shared.limits.shutdown_timeout, a).await });
-        }
-        while self.shared.connections.load(Ordering::SeqCst) > 0
-            && std::time::Instant::now() < deadline
-        {
-            std::thread::sleep(Duration::from_millis(5));
-        }
-        rt.shutdown_timeout(Duration::from_millis(100));
+    pub fn shutdown(self) {
+        self.core.shutdown();
     }
 }
 
-impl Drop for Server {
-    fn drop(&mut self) {
-        self.stop_now();
-    }
-}
-
-#[cfg(feature = "tls")]
-type Tls = tokio_rustls::TlsAcceptor;
-/// No TLS without the feature: a type with no value.
-#[cfg(not(feature = "tls"))]
-#[derive(Clone)]
-enum Tls {}
-
-async fn accept_loop(
-    sh: Arc<Shared>,
-    listener: TcpListener,
-    tls: Option<Tls>,
-    mut stop: watch::Receiver<bool>,
-) {
-    loop {
-        let accepted = tokio::select! {
-            a = listener.accept() => a,
-            _ = stop.changed() => return,
-        };
-        let Ok((stream, _)) = accepted else {
-            // Out of descriptors or a connection reset before accept: wait a
-            // little rather than spin.
-            tokio::time::sleep(Duration::from_millis(5)).await;
-            continue;
-        };
-        if *stop.borrow() {
-            return;
-        }
-        let _ = stream.set_nodelay(true);
-        let n = sh.connections.fetch_add(1, Ordering::SeqCst);
-        let sh2 = sh.clone();
-        if n >= sh.limits.max_connections && tls.is_some() {
-            // A 503 would need a handshake first: too many connections means
-            // no time for one.
-            drop(stream);
-            sh.connections.fetch_sub(1, Ordering::SeqCst);
-            continue;
-        }
-        if n >= sh.limits.max_connections {
-            tokio::spawn(async move {
-                let mut s = stream;
-                let mut out = Vec::new();
-                let r = Response::error(503, "too many connections");
-                write_response(
-                    &mut out,
-                    &r,
-                    false,
-                    false,
-                    usize::MAX,
-                    true,
-                    0,
-                    &sh2.server_name,
-                    &sh2.date,
-                );
-                let _ = timeout(Duration::from_secs(1), s.write_all(&out)).await;
-                sh2.connections.fetch_sub(1, Ordering::SeqCst);
-            });
-            continue;
-        }
-        let stop = stop.clone();
-        let tls = tls.clone();
-        tokio::spawn(async move {
-            match tls {
-                None => serve(&sh2, stream, stop).await,
-                #[cfg(feature = "tls")]
-                Some(acceptor) => {
-                    // The handshake gets the time a request would.
-                    let hs = timeout(sh2.limits.request_timeout, acceptor.accept(stream)).await;
-                    if let Ok(Ok(tls_stream)) = hs {
-                        serve(&sh2, tls_stream, stop).await;
-                    }
-                }
-                #[cfg(not(feature = "tls"))]
-                Some(never) => match never {},
-            }
-            sh2.connections.fetch_sub(1, Ordering::SeqCst);
-        });
-    }
-}
-
-/// A thread of its own that runs jobs in order: a transaction's (engines tie
-/// a transaction to the thread that began it), or the batch parser's.
+/// A thread of its own that runs jobs in order: the batch parser's.
 pub(crate) struct Worker {
     jobs: std::sync::mpsc::Sender<Box<dyn FnOnce() + Send>>,
     /// A job of [`Worker::try_send`] is queued or running.
@@ -540,370 +450,120 @@ impl Worker {
             job();
         })
     }
-
-    async fn run<R: Send + 'static>(&self, f: impl FnOnce() -> R + Send + 'static) -> Option<R> {
-        let (tx, rx) = tokio::sync::oneshot::channel();
-        self.jobs
-            .send(Box::new(move || {
-                let _ = tx.send(f());
-            }))
-            .ok()?;
-        rx.await.ok()
-    }
 }
 
-/// Runs the router, turning a panic into a 500 (a panic must not kill a
-/// transaction's thread, whose engines still hold its transaction).
-fn safe_handle(sh: &Shared, req: &Request, who: crate::auth::Principal, in_tx: bool) -> Response {
-    std::panic::catch_unwind(AssertUnwindSafe(|| rest::handle(sh, req, who, in_tx)))
-        .unwrap_or_else(|_| Response::error(500, "Internal Server Error"))
+/// Runs the router, turning a panic into a 500 (a panic must not take down
+/// the thread it runs on, nor lose an open transaction without a rollback).
+fn safe_handle(
+    sh: &Shared,
+    req: &RestRequest,
+    who: Principal,
+    tx: Option<&Transaction<'static>>,
+) -> Response {
+    std::panic::catch_unwind(AssertUnwindSafe(|| rest::handle(sh, req, who, tx)))
+        .unwrap_or_else(|_| internal())
 }
 
-fn is_slow_route(req: &Request) -> bool {
+fn internal() -> Response {
+    Response::error(500, "Internal Server Error")
+}
+
+fn is_slow_route(req: &RestRequest) -> bool {
     // Password checks (Argon2) take tens of milliseconds.
-    req.path.to_ascii_lowercase().ends_with("/auth")
+    let p = req.path().as_bytes();
+    p.len() >= 5 && p[p.len() - 5..].eq_ignore_ascii_case(b"/auth")
 }
 
-async fn dispatch(sh: &Arc<Shared>, req: Request, tx: &mut Option<Worker>) -> Response {
-    let who = match rest::authenticate(sh, &req) {
-        Ok(w) => w,
-        Err(r) => return r,
-    };
-    match req.method.as_str() {
+/// Runs `f` on the blocking pool: calls that may wait for a lock (begin, a
+/// call inside or beside a transaction) or for a network never run on the
+/// event loop. `None` if the runtime is shutting down.
+async fn blocking<R: Send + 'static>(f: impl FnOnce() -> R + Send + 'static) -> Option<R> {
+    tokio::task::spawn_blocking(f).await.ok()
+}
+
+/// Opens a transaction for a connection (`BEGIN`).
+async fn begin(sh: &Arc<Shared>) -> std::result::Result<OpenTx, Response> {
+    let sh2 = sh.clone();
+    blocking(move || {
+        let ticket = TxGate::opening(&sh2);
+        match std::panic::catch_unwind(AssertUnwindSafe(|| sh2.client.transaction_shared())) {
+            Ok(Ok(tx)) => Ok(OpenTx { tx, ticket }),
+            // Busy (another transaction held an engine too long): 503.
+            Ok(Err(e)) => Err(rest::error_response(&e)),
+            Err(_) => Err(internal()),
+        }
+    })
+    .await
+    .unwrap_or_else(|| Err(internal()))
+}
+
+/// Commits (`END`) or rolls back a connection's transaction, off the event
+/// loop: an engine may answer over a network.
+async fn end(sh: &Arc<Shared>, open: OpenTx, commit: bool) -> Response {
+    let sh2 = sh.clone();
+    blocking(move || {
+        let OpenTx { tx, ticket } = open;
+        let r = std::panic::catch_unwind(AssertUnwindSafe(|| rest::end(&sh2, tx, commit)))
+            .unwrap_or_else(|_| internal());
+        drop(ticket);
+        r
+    })
+    .await
+    .unwrap_or_else(internal)
+}
+
+async fn dispatch(
+    sh: &Arc<Shared>,
+    req: RestRequest,
+    who: Principal,
+    tx: &mut Option<OpenTx>,
+) -> Response {
+    match req.method() {
         "BEGIN" => {
             if tx.is_some() {
                 return Response::error(400, "a transaction is already open on this connection");
             }
-            let Ok(w) = Worker::start("burrow-tx") else {
-                return Response::error(503, "cannot start a transaction thread");
+            return match begin(sh).await {
+                Ok(open) => {
+                    *tx = Some(open);
+                    Response::empty(200)
+                }
+                Err(r) => r,
             };
-            let sh2 = sh.clone();
-            let r = w
-                .run(move || {
-                    sh2.gate.opening();
-                    let r = std::panic::catch_unwind(AssertUnwindSafe(|| rest::begin_all(&sh2)))
-                        .unwrap_or_else(|_| Response::error(500, "Internal Server Error"));
-                    if r.status != 200 {
-                        sh2.gate.closed();
-                    }
-                    r
-                })
-                .await
-                .unwrap_or_else(|| Response::error(500, "Internal Server Error"));
-            if r.status == 200 {
-                *tx = Some(w);
-            }
-            return r;
         }
-        "END" | "ABORT" => {
-            let Some(w) = tx.take() else {
+        m @ ("END" | "ABORT") => {
+            let Some(open) = tx.take() else {
                 return Response::error(400, "no transaction is open on this connection");
             };
-            let sh2 = sh.clone();
-            let commit = req.method == "END";
-            return w
-                .run(move || {
-                    let r = std::panic::catch_unwind(AssertUnwindSafe(|| {
-                        if commit {
-                            rest::commit_all(&sh2)
-                        } else {
-                            rest::rollback_all(&sh2)
-                        }
-                    }))
-                    .unwrap_or_else(|_| Response::error(500, "Internal Server Error"));
-                    sh2.gate.closed();
-                    r
-                })
-                .await
-                .unwrap_or_else(|| Response::error(500, "Internal Server Error"));
+            return end(sh, open, m == "END").await;
         }
         _ => {}
     }
-    if let Some(w) = tx {
+    if let Some(open) = tx.take() {
+        // The transaction goes to the pool thread with the request and comes
+        // back with the answer; lost with a runtime shutting down, it drops
+        // there, rolling back.
         let sh2 = sh.clone();
-        return w
-            .run(move || safe_handle(&sh2, &req, who, true))
-            .await
-            .unwrap_or_else(|| Response::error(500, "Internal Server Error"));
+        let back = blocking(move || {
+            let r = safe_handle(&sh2, &req, who, Some(&open.tx));
+            (open, r)
+        })
+        .await;
+        return match back {
+            Some((open, r)) => {
+                *tx = Some(open);
+                r
+            }
+            None => internal(),
+        };
     }
     if sh.inline && !is_slow_route(&req) {
-        if let Some(r) = sh.gate.try_inline(|| safe_handle(sh, &req, who, false)) {
+        if let Some(r) = sh.gate.try_inline(|| safe_handle(sh, &req, who, None)) {
             return r;
         }
     }
     let sh2 = sh.clone();
-    tokio::task::spawn_blocking(move || safe_handle(&sh2, &req, who, false))
+    blocking(move || safe_handle(&sh2, &req, who, None))
         .await
-        .unwrap_or_else(|_| Response::error(500, "Internal Server Error"))
-}
-
-/// The parts of a request head the server uses.
-struct Head {
-    len: usize,
-    req: Request,
-    content_length: usize,
-    close: bool,
-    expect_continue: bool,
-}
-
-enum Parsed {
-    Head(Head),
-    Partial,
-    /// Answer this and close the connection.
-    Fail(Response),
-}
-
-fn parse_head(buf: &[u8], limits: &Limits) -> Parsed {
-    let mut headers = [httparse::EMPTY_HEADER; 64];
-    let mut r = httparse::Request::new(&mut headers);
-    let len = match r.parse(buf) {
-        Ok(httparse::Status::Complete(n)) => n,
-        Ok(httparse::Status::Partial) => {
-            return if buf.len() > limits.max_header_bytes {
-                Parsed::Fail(Response::error(413, "request head too large"))
-            } else {
-                Parsed::Partial
-            }
-        }
-        Err(httparse::Error::TooManyHeaders) => {
-            return Parsed::Fail(Response::error(413, "too many headers"))
-        }
-        Err(e) => return Parsed::Fail(Response::error(400, &format!("malformed request: {e}"))),
-    };
-    if len > limits.max_header_bytes {
-        return Parsed::Fail(Response::error(413, "request head too large"));
-    }
-    let method = r.method.unwrap_or("GET").to_owned();
-    let target = r.path.unwrap_or("/").to_owned();
-    let http10 = r.version == Some(0);
-    let mut req = Request {
-        method,
-        ..Request::default()
-    };
-    let (path, query) = target.split_once('?').unwrap_or((&target, ""));
-    req.path = percent_decode(path, false);
-    req.query = query.to_owned();
-    let mut content_length = None;
-    let mut close = http10;
-    let mut expect_continue = false;
-    for h in r.headers.iter() {
-        let v = match std::str::from_utf8(h.value) {
-            Ok(v) => v.trim(),
-            Err(_) => continue,
-        };
-        let name = h.name;
-        if name.eq_ignore_ascii_case("content-length") {
-            match v.parse::<usize>() {
-                Ok(n) if content_length.is_none_or(|c| c == n) => content_length = Some(n),
-                _ => return Parsed::Fail(Response::error(400, "invalid Content-Length")),
-            }
-        } else if name.eq_ignore_ascii_case("transfer-encoding") {
-            return Parsed::Fail(Response::error(
-                411,
-                "send a Content-Length (chunked bodies are not accepted)",
-            ));
-        } else if name.eq_ignore_ascii_case("connection") {
-            if v.eq_ignore_ascii_case("close") {
-                close = true;
-            } else if v.eq_ignore_ascii_case("keep-alive") {
-                close = false;
-            }
-        } else if name.eq_ignore_ascii_case("accept-encoding") {
-            req.gzip = v.to_ascii_lowercase().contains("gzip");
-        } else if name.eq_ignore_ascii_case("user-agent") {
-            req.mormot = v.contains("mORMot");
-        } else if name.eq_ignore_ascii_case("burrow-json") {
-            req.exact = v.contains("exact");
-            req.compact = v.contains("compact");
-        } else if name.eq_ignore_ascii_case("authorization") {
-            if let Some(t) = v
-                .strip_prefix("Bearer ")
-                .or_else(|| v.strip_prefix("bearer "))
-            {
-                req.bearer = Some(t.trim().to_owned());
-            }
-        } else if name.eq_ignore_ascii_case("expect") {
-            expect_continue = v.eq_ignore_ascii_case("100-continue");
-        }
-    }
-    req.target = target;
-    let content_length = content_length.unwrap_or(0);
-    if content_length > limits.max_body_bytes {
-        return Parsed::Fail(Response::error(413, "request body too large"));
-    }
-    Parsed::Head(Head {
-        len,
-        req,
-        content_length,
-        close,
-        expect_continue,
-    })
-}
-
-/// A connection's byte stream: a socket, or TLS over one.
-trait Conn: AsyncRead + AsyncWrite + Unpin + Send {}
-impl<S: AsyncRead + AsyncWrite + Unpin + Send> Conn for S {}
-
-async fn flush(stream: &mut impl Conn, out: &mut Vec<u8>, limits: &Limits) -> bool {
-    if out.is_empty() {
-        return true;
-    }
-    let ok = matches!(
-        timeout(limits.write_timeout, stream.write_all(out)).await,
-        Ok(Ok(()))
-    );
-    out.clear();
-    if out.capacity() > 1 << 20 {
-        out.shrink_to(64 * 1024);
-    }
-    ok
-}
-
-async fn fail(sh: &Shared, stream: &mut impl Conn, out: &mut Vec<u8>, r: Response) {
-    let state = sh.state.load(Ordering::Relaxed);
-    write_response(
-        out,
-        &r,
-        false,
-        false,
-        usize::MAX,
-        true,
-        state,
-        &sh.server_name,
-        &sh.date,
-    );
-    flush(stream, out, &sh.limits).await;
-}
-
-async fn serve(sh: &Arc<Shared>, mut stream: impl Conn, mut stop: watch::Receiver<bool>) {
-    let limits = &sh.limits;
-    let mut buf: Vec<u8> = Vec::with_capacity(4096);
-    let mut out: Vec<u8> = Vec::with_capacity(4096);
-    let mut tx: Option<Worker> = None;
-    'conn: loop {
-        // The head of the next request.
-        let mut deadline = (!buf.is_empty()).then(|| Instant::now() + limits.request_timeout);
-        let head = loop {
-            if !buf.is_empty() {
-                match parse_head(&buf, limits) {
-                    Parsed::Head(h) => break h,
-                    Parsed::Partial => {}
-                    Parsed::Fail(r) => {
-                        fail(sh, &mut stream, &mut out, r).await;
-                        break 'conn;
-                    }
-                }
-            }
-            if !flush(&mut stream, &mut out, limits).await {
-                break 'conn;
-            }
-            if buf.capacity() - buf.len() < 2048 {
-                buf.reserve(8192);
-            }
-            let n = match deadline {
-                Some(d) => match timeout_at(d, stream.read_buf(&mut buf)).await {
-                    Ok(r) => r,
-                    Err(_) => {
-                        fail(
-                            sh,
-                            &mut stream,
-                            &mut out,
-                            Response::error(408, "request timeout"),
-                        )
-                        .await;
-                        break 'conn;
-                    }
-                },
-                None => {
-                    if *stop.borrow() {
-                        break 'conn;
-                    }
-                    tokio::select! {
-                        r = timeout(limits.idle_timeout, stream.read_buf(&mut buf)) => match r {
-                            Ok(r) => r,
-                            Err(_) => break 'conn,
-                        },
-                        _ = stop.changed() => continue,
-                    }
-                }
-            };
-            match n {
-                Ok(0) | Err(_) => break 'conn,
-                Ok(_) => {
-                    deadline.get_or_insert_with(|| Instant::now() + limits.request_timeout);
-                }
-            }
-        };
-        // Its body.
-        let Head {
-            len,
-            mut req,
-            content_length,
-            close,
-            expect_continue,
-        } = head;
-        buf.drain(..len);
-        if expect_continue && buf.len() < content_length {
-            out.extend_from_slice(b"HTTP/1.1 100 Continue\r\n\r\n");
-            if !flush(&mut stream, &mut out, limits).await {
-                break 'conn;
-            }
-        }
-        if buf.len() < content_length {
-            buf.reserve(content_length - buf.len());
-            let d = deadline.unwrap_or_else(|| Instant::now() + limits.request_timeout);
-            while buf.len() < content_length {
-                match timeout_at(d, stream.read_buf(&mut buf)).await {
-                    Ok(Ok(0)) | Ok(Err(_)) => break 'conn,
-                    Ok(Ok(_)) => {}
-                    Err(_) => {
-                        fail(
-                            sh,
-                            &mut stream,
-                            &mut out,
-                            Response::error(408, "request timeout"),
-                        )
-                        .await;
-                        break 'conn;
-                    }
-                }
-            }
-        }
-        let rest = buf.split_off(content_length);
-        req.body = Arc::new(std::mem::replace(&mut buf, rest));
-        if buf.capacity() == 0 {
-            buf.reserve(4096);
-        }
-        let head_only = req.method == "HEAD";
-        let gzip = req.gzip;
-        let resp = dispatch(sh, req, &mut tx).await;
-        let close = close || *stop.borrow();
-        let state = sh.state.load(Ordering::Relaxed);
-        write_response(
-            &mut out,
-            &resp,
-            head_only,
-            gzip,
-            limits.gzip_min_bytes,
-            close,
-            state,
-            &sh.server_name,
-            &sh.date,
-        );
-        if close {
-            flush(&mut stream, &mut out, limits).await;
-            break 'conn;
-        }
-    }
-    if let Some(w) = tx.take() {
-        // The client left with its transaction open: undo it.
-        let sh2 = sh.clone();
-        let _ = w
-            .run(move || {
-                let _ = std::panic::catch_unwind(AssertUnwindSafe(|| rest::rollback_all(&sh2)));
-                sh2.gate.closed();
-            })
-            .await;
-    }
-    let _ = stream.shutdown().await;
+        .unwrap_or_else(internal)
 }

@@ -59,7 +59,7 @@ fn run(engine: &dyn Fn() -> Arc<dyn Storage>, mode: &str, n: usize) -> f64 {
         for r in rows {
             b.add(r);
         }
-        c.send(&mut b).unwrap();
+        tx.send(&mut b).unwrap();
         tx.commit().unwrap();
     };
     let start = Instant::now();
@@ -82,8 +82,11 @@ fn run(engine: &dyn Fn() -> Arc<dyn Storage>, mode: &str, n: usize) -> f64 {
             for r in rows {
                 b.add(r);
             }
-            let res = client.send(&mut b).unwrap();
-            assert_eq!(res.len(), n);
+            let res = match &tx {
+                Some(tx) => tx.send(&mut b),
+                None => client.send(&mut b),
+            };
+            assert_eq!(res.unwrap().len(), n);
             if let Some(tx) = tx {
                 tx.commit().unwrap();
             }

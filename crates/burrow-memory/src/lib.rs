@@ -47,8 +47,8 @@
 //! defaults, its updates leave them alone. A field whose kind changed is a
 //! [`burrow_core::Error::Schema`], except an `i32` or `u32` widened to `i64`
 //! (an `i64` and a reference are the same integer). A failed change leaves the
-//! table as it was. The rows are rewritten for new fields, so that cannot
-//! happen inside a transaction ([`burrow_core::Error::Transaction`]).
+//! table as it was. Opening a version is a call on the engine, so it waits for
+//! an open transaction to end (its undo log holds rows in their old form).
 //!
 //! # Queries
 //!
@@ -62,23 +62,31 @@
 //! # Concurrency and transactions
 //!
 //! The tables sit behind one `RwLock`: reads run in parallel, each write (or a
-//! whole batch) holds the write lock. A transaction belongs to the thread that
-//! began it, as in the SQLite engine: until it ends, that thread's calls run
-//! inside it and other threads' calls wait. Writes in a transaction keep an undo
-//! log (the old bytes of updated and deleted rows, moved rather than copied), so
-//! a rollback, or a batch with rollback-on-error, leaves nothing behind. Outside
-//! a transaction nothing is logged. A second `begin` on the same thread is
-//! [`burrow_core::Error::Transaction`]. A read callback must not call back into
-//! the engine.
+//! whole batch) holds the write lock. A call made on the engine is its own
+//! transaction. [`Storage::begin`] hands out a [`MemoryTx`]: the calls made
+//! through it run inside its transaction and see its writes, and it ends when
+//! committed, rolled back, or dropped (which rolls back). One transaction is
+//! open at a time: while it is, every other caller (calls on the engine, a
+//! second `begin`, [`MemoryEngine::flush`]) waits for it to end, at most
+//! [`MemoryOptions::lock_timeout`], and then fails with
+//! [`burrow_core::Error::Busy`], having done nothing. Whoever holds a
+//! transaction makes its calls through it: a call on the engine meanwhile
+//! waits for that very transaction and ends in `Busy`. Writes in a
+//! transaction keep an undo log (the old bytes of updated and deleted rows,
+//! moved rather than copied), so a rollback, or a batch with
+//! rollback-on-error, leaves nothing behind. Outside a transaction nothing is
+//! logged. A read callback must not call back into the engine.
 //!
 //! # Persistence
 //!
 //! With [`MemoryOptions::path`] set, the file is loaded on open (a truncated or
 //! corrupted file is refused whole, with a [`FileError`] naming it) and written
-//! by [`MemoryEngine::flush`], on drop, and after each commit when
-//! [`MemoryOptions::save_on_commit`] is set. It is written to `<file>.tmp`,
-//! synced, renamed over the file and the folder synced, so a crash leaves the
-//! previous file or the new one. The binary form is zstd-compressed with a
+//! by [`MemoryEngine::flush`], on drop, and, when
+//! [`MemoryOptions::save_on_commit`] is set, after each commit that wrote
+//! something and each batch run on the engine itself. It is written to
+//! `<file>.tmp`, synced, renamed over the file and the folder synced, so a
+//! crash leaves the previous file or the new one; it only ever holds committed
+//! data. The binary form is zstd-compressed with a
 //! CRC-32 in its header (`docs/memory-format.md`); the JSON form is one
 //! readable document with a CRC-32 member at its end. Tables in the file that
 //! no record claims are kept and written back; fields the record no longer
@@ -94,15 +102,18 @@ mod persist;
 mod query;
 mod table;
 
+use std::ops::Deref;
 use std::path::Path;
 use std::ptr;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Condvar, Mutex, PoisonError, RwLock, RwLockReadGuard, RwLockWriteGuard};
+use std::sync::{Arc, Condvar, Mutex, PoisonError, RwLock, RwLockReadGuard, RwLockWriteGuard};
+use std::time::Instant;
 
+use burrow_core::driver::{apply_each, next_tx_token};
 use burrow_core::eval::column;
 use burrow_core::{
-    BatchItem, BatchOp, BatchResult, Column, Error, Fields, Filter, Result, Row, Select, Storage,
-    Table, Value,
+    BatchItem, BatchOp, BatchResult, Caps, Column, EngineTx, Error, Fields, Filter, Result, Row,
+    RowOps, Select, Storage, Table, Value,
 };
 
 pub use options::{FileFormat, MemoryOptions};
@@ -118,13 +129,16 @@ pub(crate) const ENGINE: &str = "memory";
 /// The in-memory storage engine. Share it as `Arc<MemoryEngine>`.
 pub struct MemoryEngine {
     state: RwLock<State>,
-    /// The token of the thread whose transaction is open, 0 for none: a copy of
-    /// `State::owner` that waiting threads read without the lock.
+    /// The token of the open transaction, 0 for none: a copy of
+    /// `State::owner` that waiting callers read without the state lock.
     owner: AtomicU64,
+    /// Pairs with `tx_ended`: the owner is cleared before it is taken, so a
+    /// waiter checking the owner under it cannot miss the wake-up.
     tx_wait: Mutex<()>,
     /// Signalled when a transaction ends.
     tx_ended: Condvar,
-    /// The generation last saved; held while saving, so saves do not overlap.
+    /// The generation last written to the file; held while writing, so that
+    /// writes do not overlap. Never held while taking `state`.
     saved: Mutex<u64>,
     options: MemoryOptions,
 }
@@ -152,6 +166,7 @@ struct State {
     tables: Vec<TableData>,
     /// Tables read from the file that no `ensure_table` has claimed yet.
     pending: Vec<FileTable>,
+    /// The token of the open transaction's [`MemoryTx`].
     owner: Option<u64>,
     undo: Vec<Undo>,
     /// The tables' metadata when the transaction began.
@@ -162,11 +177,10 @@ struct State {
     generation: u64,
 }
 
-/// A token for the calling thread, read once per thread (never 0).
-fn thread_token() -> u64 {
-    static NEXT: AtomicU64 = AtomicU64::new(1);
-    thread_local!(static TOKEN: u64 = NEXT.fetch_add(1, Ordering::Relaxed));
-    TOKEN.with(|t| *t)
+/// The file's contents for one committed state, not yet written.
+struct Snapshot {
+    bytes: Vec<u8>,
+    generation: u64,
 }
 
 impl Default for MemoryEngine {
@@ -231,88 +245,147 @@ impl MemoryEngine {
     }
 
     /// Writes the file now, if the engine has one and anything changed since the
-    /// last save. Waits for another thread's transaction to end; inside the
-    /// calling thread's own transaction it is [`Error::Transaction`] (the file
-    /// only ever holds committed data).
+    /// last save. The file only ever holds committed data, so while a
+    /// transaction is open this waits for it to end, as a call on the engine
+    /// does: at most [`MemoryOptions::lock_timeout`], then
+    /// [`Error::Busy`] (from the thread holding the transaction, end it first).
     pub fn flush(&self) -> Result<()> {
+        if self.options.path.is_none() {
+            return Ok(());
+        }
+        let last = *self.saved.lock().unwrap_or_else(PoisonError::into_inner);
+        let snapshot = {
+            let g = self.read(None)?;
+            if g.generation == last {
+                return Ok(());
+            }
+            self.snapshot(&g)?
+        };
+        // Compressed and written outside the lock: readers and writers go on.
+        self.store(snapshot)
+    }
+
+    /// The file's contents for `st`, a committed state.
+    fn snapshot(&self, st: &State) -> Result<Snapshot> {
+        let mut sources: Vec<&dyn Source> = Vec::with_capacity(st.tables.len() + st.pending.len());
+        sources.extend(st.tables.iter().map(|t| t as &dyn Source));
+        sources.extend(st.pending.iter().map(|t| t as &dyn Source));
+        let bytes = match self.options.format {
+            FileFormat::Binary => persist::binary_payload(&sources),
+            FileFormat::Json => persist::json_file(&sources)?,
+        };
+        Ok(Snapshot {
+            bytes,
+            generation: st.generation,
+        })
+    }
+
+    /// Writes a snapshot to the file, unless a later one is already there
+    /// (two savers may finish in either order).
+    fn store(&self, snapshot: Snapshot) -> Result<()> {
         let Some(path) = self.options.path.as_deref() else {
             return Ok(());
         };
         let mut saved = self.saved.lock().unwrap_or_else(PoisonError::into_inner);
-        let (bytes, generation) = {
-            let g = self.read();
-            if g.owner.is_some() {
-                return Err(Error::Transaction(
-                    "cannot save inside a transaction: commit or roll back first",
-                ));
-            }
-            if g.generation == *saved {
-                return Ok(());
-            }
-            let mut sources: Vec<&dyn Source> =
-                Vec::with_capacity(g.tables.len() + g.pending.len());
-            sources.extend(g.tables.iter().map(|t| t as &dyn Source));
-            sources.extend(g.pending.iter().map(|t| t as &dyn Source));
-            let bytes = match self.options.format {
-                FileFormat::Binary => persist::binary_payload(&sources),
-                FileFormat::Json => persist::json_file(&sources)?,
-            };
-            (bytes, g.generation)
-        };
-        // Compressed and written outside the lock: readers and writers go on.
+        if *saved >= snapshot.generation {
+            return Ok(());
+        }
         match self.options.format {
             FileFormat::Binary => {
-                let (header, stored) = persist::binary_file(&bytes, self.options.zstd_level)?;
-                drop(bytes);
+                let (header, stored) =
+                    persist::binary_file(&snapshot.bytes, self.options.zstd_level)?;
+                drop(snapshot.bytes);
                 persist::write_atomic(path, &[&header, &stored])?;
             }
-            FileFormat::Json => persist::write_atomic(path, &[&bytes])?,
+            FileFormat::Json => persist::write_atomic(path, &[&snapshot.bytes])?,
         }
-        *saved = generation;
+        *saved = snapshot.generation;
         Ok(())
     }
 
-    /// Locks for reading, first waiting for another thread's transaction.
-    fn read(&self) -> RwLockReadGuard<'_, State> {
-        self.outside_other_tx(|| self.state.read().unwrap_or_else(PoisonError::into_inner))
+    /// Locks for reading, for a call of transaction `tx` or, for `None`, for
+    /// a call of the engine's own once no transaction is open.
+    #[inline]
+    fn read(&self, tx: Option<u64>) -> Result<RwLockReadGuard<'_, State>> {
+        self.lock(tx, || {
+            self.state.read().unwrap_or_else(PoisonError::into_inner)
+        })
     }
 
-    /// Locks for writing, first waiting for another thread's transaction.
-    fn write(&self) -> RwLockWriteGuard<'_, State> {
-        self.outside_other_tx(|| self.state.write().unwrap_or_else(PoisonError::into_inner))
+    /// Locks for writing, as [`MemoryEngine::read`] does.
+    #[inline]
+    fn write(&self, tx: Option<u64>) -> Result<RwLockWriteGuard<'_, State>> {
+        self.lock(tx, || {
+            self.state.write().unwrap_or_else(PoisonError::into_inner)
+        })
     }
 
-    /// Takes the lock `lock` gives until no other thread's transaction holds
-    /// the state.
-    fn outside_other_tx<G: std::ops::Deref<Target = State>>(&self, lock: impl Fn() -> G) -> G {
+    /// Takes the lock `lock` gives. A transaction's call takes it at once:
+    /// the transaction is open for as long as its handle lives. A call of the
+    /// engine's own waits until no transaction is open, at most the lock
+    /// timeout.
+    #[inline]
+    fn lock<G: Deref<Target = State>>(&self, tx: Option<u64>, lock: impl Fn() -> G) -> Result<G> {
+        let g = lock();
+        debug_assert!(
+            tx.is_none() || g.owner == tx,
+            "a call after its transaction ended"
+        );
+        if tx.is_some() || g.owner.is_none() {
+            return Ok(g);
+        }
+        drop(g);
+        self.lock_after_tx(lock)
+    }
+
+    /// The slow path of [`MemoryEngine::lock`], kept out of line so that the
+    /// fast one stays small enough to inline into every call.
+    #[cold]
+    #[inline(never)]
+    fn lock_after_tx<G: Deref<Target = State>>(&self, lock: impl Fn() -> G) -> Result<G> {
+        let deadline = Instant::now() + self.options.lock_timeout;
         loop {
+            self.wait_for_tx(deadline)?;
+            // Another caller may have begun a transaction since it ended.
             let g = lock();
-            match g.owner {
-                Some(o) if o != thread_token() => {}
-                _ => return g,
+            if g.owner.is_none() {
+                return Ok(g);
             }
-            drop(g);
-            self.wait_for_other_tx();
         }
     }
 
-    fn wait_for_other_tx(&self) {
-        let me = thread_token();
-        let mut w = self.tx_wait.lock().unwrap_or_else(PoisonError::into_inner);
-        loop {
-            let o = self.owner.load(Ordering::Acquire);
-            if o == 0 || o == me {
-                return;
-            }
-            w = self
-                .tx_ended
-                .wait(w)
-                .unwrap_or_else(PoisonError::into_inner);
+    /// Waits until no transaction is open, or fails with [`Error::Busy`] at
+    /// `deadline`.
+    fn wait_for_tx(&self, deadline: Instant) -> Result<()> {
+        let w = self.tx_wait.lock().unwrap_or_else(PoisonError::into_inner);
+        let left = deadline.saturating_duration_since(Instant::now());
+        let (_w, timeout) = self
+            .tx_ended
+            .wait_timeout_while(w, left, |_| self.owner.load(Ordering::Acquire) != 0)
+            .unwrap_or_else(PoisonError::into_inner);
+        if timeout.timed_out() {
+            return Err(Error::Busy {
+                engine: ENGINE,
+                waited: self.options.lock_timeout,
+            });
         }
+        Ok(())
     }
 
-    /// Ends the transaction in `g` and wakes the threads waiting for it.
-    fn end_tx(&self, mut g: RwLockWriteGuard<'_, State>) {
+    /// Ends transaction `token`, keeping its writes or undoing them, and
+    /// wakes the callers waiting for it. With
+    /// [`MemoryOptions::save_on_commit`], a commit that wrote something is
+    /// saved; an error then means the save failed, the commit stands.
+    fn end_tx(&self, token: u64, commit: bool) -> Result<()> {
+        let mut g = self.state.write().unwrap_or_else(PoisonError::into_inner);
+        debug_assert_eq!(g.owner, Some(token), "a transaction ended twice");
+        let wrote = !g.undo.is_empty();
+        if commit {
+            g.undo.clear();
+            g.metas.clear();
+        } else {
+            g.rollback();
+        }
         g.owner = None;
         self.owner.store(0, Ordering::Release);
         for t in &mut g.tables {
@@ -324,9 +397,21 @@ impl MemoryEngine {
         if g.undo.capacity() > 1 << 16 {
             g.undo = Vec::new();
         }
+        // Taken before anyone else writes: the file gets exactly this commit.
+        let snapshot = if commit && wrote && self.saves_on_commit() {
+            Some(self.snapshot(&g))
+        } else {
+            None
+        };
         drop(g);
-        let _w = self.tx_wait.lock().unwrap_or_else(PoisonError::into_inner);
-        self.tx_ended.notify_all();
+        {
+            let _w = self.tx_wait.lock().unwrap_or_else(PoisonError::into_inner);
+            self.tx_ended.notify_all();
+        }
+        match snapshot {
+            Some(s) => self.store(s?),
+            None => Ok(()),
+        }
     }
 
     fn saves_on_commit(&self) -> bool {
@@ -336,17 +421,57 @@ impl MemoryEngine {
 
 impl Drop for MemoryEngine {
     fn drop(&mut self) {
-        if self.options.path.is_none() {
-            return;
-        }
-        let st = self.state.get_mut().unwrap_or_else(PoisonError::into_inner);
-        if st.owner.is_some() {
-            // A transaction left open is rolled back: only committed data is saved.
-            st.rollback();
-            *self.owner.get_mut() = 0;
-        }
+        // No transaction is open: each holds the engine's `Arc`, so it has
+        // ended (rolled back if it was dropped) before the engine drops.
         if let Err(e) = self.flush() {
             eprintln!("burrow-memory: the data could not be saved on drop: {e}");
+        }
+    }
+}
+
+/// An open transaction of a [`MemoryEngine`], from [`Storage::begin`]. Its
+/// calls see its own writes; the engine's other callers wait until it is
+/// committed, rolled back, or dropped, which rolls it back:
+///
+/// ```
+/// # use std::sync::Arc;
+/// # use burrow_core::{Client, Model, Orm};
+/// # #[derive(burrow_derive::Record)] #[burrow(crate = "burrow_core")]
+/// # struct Session { id: i64, user: String }
+/// # fn main() -> burrow_core::Result<()> {
+/// use burrow_memory::MemoryEngine;
+/// let client = Client::open(Model::new().with::<Session>(), Arc::new(MemoryEngine::new()))?;
+/// let tx = client.transaction()?;
+/// tx.add(&mut Session { id: 0, user: "ann".into() })?;
+/// assert_eq!(tx.count::<Session>("", &[])?, 1);
+/// drop(tx);
+/// assert_eq!(client.count::<Session>("", &[])?, 0);
+/// # Ok(()) }
+/// ```
+pub struct MemoryTx {
+    engine: Arc<MemoryEngine>,
+    token: u64,
+    /// Still to be ended (by drop, if not by commit or rollback).
+    open: bool,
+}
+
+impl EngineTx for MemoryTx {
+    fn commit(mut self: Box<Self>) -> Result<()> {
+        self.open = false;
+        self.engine.end_tx(self.token, true)
+    }
+
+    fn rollback(mut self: Box<Self>) -> Result<()> {
+        self.open = false;
+        self.engine.end_tx(self.token, false)
+    }
+}
+
+impl Drop for MemoryTx {
+    fn drop(&mut self) {
+        if self.open {
+            // A rollback saves nothing, so it cannot fail.
+            let _ = self.engine.end_tx(self.token, false);
         }
     }
 }
@@ -595,63 +720,49 @@ impl State {
         results.reserve(items.len());
         let mut last: Option<(&'static Table, (usize, usize))> = None;
         let mut reserved_to = 0;
-        for (index, item) in items.iter().enumerate() {
-            let mut one = || -> Result<BatchResult> {
-                let t = match last {
-                    Some((tb, tv)) if ptr::eq(tb, item.table) => tv,
-                    _ => {
-                        let tv = self.table(item.table)?;
-                        last = Some((item.table, tv));
-                        tv
-                    }
-                };
-                Ok(match item.op {
-                    BatchOp::Add { id, row } => {
-                        if index >= reserved_to {
-                            let run = items[index..]
-                                .iter()
-                                .take_while(|it| {
-                                    matches!(it.op, BatchOp::Add { .. })
-                                        && ptr::eq(it.table, item.table)
-                                })
-                                .count();
-                            self.tables[t.0].reserve(run);
-                            reserved_to = index + run;
-                        }
-                        BatchResult::Added(self.insert(t, id, row)?)
-                    }
-                    BatchOp::Update { row, fields } => {
-                        if self.update(t, row, fields)? {
-                            BatchResult::Done
-                        } else {
-                            BatchResult::Missing
-                        }
-                    }
-                    BatchOp::Delete { id } => {
-                        if self.delete(t.0, id)? {
-                            BatchResult::Done
-                        } else {
-                            BatchResult::Missing
-                        }
-                    }
-                })
-            };
-            match one() {
-                Ok(r) => results.push(r),
-                Err(e) if stop_on_error => {
-                    return Err(Error::Batch {
-                        index,
-                        source: Box::new(e),
-                    })
+        apply_each(items, results, stop_on_error, |index, item| {
+            let t = match last {
+                Some((tb, tv)) if ptr::eq(tb, item.table) => tv,
+                _ => {
+                    let tv = self.table(item.table)?;
+                    last = Some((item.table, tv));
+                    tv
                 }
-                Err(e) => results.push(BatchResult::Failed(Box::new(e))),
-            }
-        }
-        Ok(())
+            };
+            Ok(match item.op {
+                BatchOp::Add { id, row } => {
+                    if index >= reserved_to {
+                        let run = items[index..]
+                            .iter()
+                            .take_while(|it| {
+                                matches!(it.op, BatchOp::Add { .. })
+                                    && ptr::eq(it.table, item.table)
+                            })
+                            .count();
+                        self.tables[t.0].reserve(run);
+                        reserved_to = index + run;
+                    }
+                    BatchResult::Added(self.insert(t, id, row)?)
+                }
+                BatchOp::Update { row, fields } => {
+                    if self.update(t, row, fields)? {
+                        BatchResult::Done
+                    } else {
+                        BatchResult::Missing
+                    }
+                }
+                BatchOp::Delete { id } => {
+                    if self.delete(t.0, id)? {
+                        BatchResult::Done
+                    } else {
+                        BatchResult::Missing
+                    }
+                }
+            })
+        })
     }
 
-    /// Undoes the open transaction's writes and ends it (the engine's atomic
-    /// copy of the owner is the caller's business).
+    /// Undoes the open transaction's writes (ending it is the caller's business).
     fn rollback(&mut self) {
         while let Some(u) = self.undo.pop() {
             match u {
@@ -664,27 +775,152 @@ impl State {
                 Undo::Delete { t, slot, row } => self.tables[t].undo_delete(slot, row),
             }
         }
-        let metas = std::mem::take(&mut self.metas);
-        for (td, m) in self.tables.iter_mut().zip(metas) {
+        for (td, m) in self.tables.iter_mut().zip(self.metas.drain(..)) {
             td.meta = m;
         }
         self.generation += 1;
-        self.owner = None;
     }
 }
 
+/// The engine seen from one unit of work: its own calls (`tx` is `None`) or
+/// those of the transaction with token `tx`. The row calls are written once,
+/// here; the engine and its transaction handle forward to it.
+struct At<'a> {
+    engine: &'a MemoryEngine,
+    tx: Option<u64>,
+}
+
+impl RowOps for At<'_> {
+    fn insert(&self, table: &'static Table, id: Option<i64>, row: &dyn Fields) -> Result<i64> {
+        let mut g = self.engine.write(self.tx)?;
+        let tv = g.table(table)?;
+        g.insert(tv, id, row)
+    }
+
+    fn update(
+        &self,
+        table: &'static Table,
+        row: &dyn Fields,
+        fields: Option<&[usize]>,
+    ) -> Result<bool> {
+        let mut g = self.engine.write(self.tx)?;
+        let tv = g.table(table)?;
+        g.update(tv, row, fields)
+    }
+
+    fn delete(&self, table: &'static Table, id: i64) -> Result<bool> {
+        let mut g = self.engine.write(self.tx)?;
+        let (t, _) = g.table(table)?;
+        g.delete(t, id)
+    }
+
+    fn delete_where(&self, table: &'static Table, filter: &Filter) -> Result<u64> {
+        let mut g = self.engine.write(self.tx)?;
+        let tv = g.table(table)?;
+        g.delete_where(tv, filter)
+    }
+
+    fn retrieve(
+        &self,
+        table: &'static Table,
+        id: i64,
+        out: &mut dyn FnMut(&dyn Row) -> Result<()>,
+    ) -> Result<bool> {
+        let g = self.engine.read(self.tx)?;
+        let (t, v) = g.table(table)?;
+        let td = &g.tables[t];
+        match td.slot_of(id).and_then(|s| td.row(s, td.views[v].map())) {
+            Some(row) => {
+                out(&row)?;
+                Ok(true)
+            }
+            None => Ok(false),
+        }
+    }
+
+    fn select(
+        &self,
+        table: &'static Table,
+        select: &Select,
+        out: &mut dyn FnMut(&dyn Row) -> Result<()>,
+    ) -> Result<()> {
+        let g = self.engine.read(self.tx)?;
+        let (t, v) = g.table(table)?;
+        let td = &g.tables[t];
+        query::select(td, td.views[v].map(), select, &mut |row| {
+            out(row)?;
+            Ok(true)
+        })
+    }
+
+    fn count(&self, table: &'static Table, filter: &Filter) -> Result<u64> {
+        let g = self.engine.read(self.tx)?;
+        let (t, v) = g.table(table)?;
+        let td = &g.tables[t];
+        query::count(td, td.views[v].map(), filter)
+    }
+
+    fn select_value(
+        &self,
+        table: &'static Table,
+        col: Column,
+        select: &Select,
+    ) -> Result<Option<Value>> {
+        let g = self.engine.read(self.tx)?;
+        let (t, v) = g.table(table)?;
+        let td = &g.tables[t];
+        let mut found = None;
+        query::select(td, td.views[v].map(), select, &mut |row| {
+            found = Some(column(row, col)?.to_owned());
+            Ok(false)
+        })?;
+        Ok(found)
+    }
+
+    fn apply_batch(
+        &self,
+        items: &[BatchItem<'_>],
+        results: &mut Vec<BatchResult>,
+        stop_on_error: bool,
+    ) -> Result<()> {
+        let (engine, tx): (&MemoryEngine, Option<u64>) = (self.engine, self.tx);
+        let mut g = engine.write(tx)?;
+        let before = g.generation;
+        let r = g.apply_batch(items, results, stop_on_error);
+        if tx.is_some() || g.generation == before || !engine.saves_on_commit() {
+            return r;
+        }
+        // Outside a transaction, the batch's writes are committed as
+        // made, those before a failure included: save them as they are.
+        let snapshot = engine.snapshot(&g);
+        drop(g);
+        let saved = snapshot.and_then(|s| engine.store(s));
+        r?;
+        saved
+    }
+}
+
+burrow_core::forward_row_ops!(MemoryEngine, |e| At {
+    engine: e,
+    tx: None
+});
+burrow_core::forward_row_ops!(MemoryTx, |t| At {
+    engine: &t.engine,
+    tx: Some(t.token)
+});
+
 impl Storage for MemoryEngine {
+    fn caps(&self) -> Caps {
+        Caps::in_process(ENGINE)
+    }
+
     // Rows hold typed values, and filters compare them.
     fn filters_typed(&self, _table: &'static Table, _field: usize) -> bool {
         true
     }
 
-    fn engine_name(&self) -> &'static str {
-        ENGINE
-    }
-
     fn ensure_table(&self, table: &'static Table) -> Result<()> {
-        let mut g = self.write();
+        let mut g = self.write(None)?;
         let st = &mut *g;
         if let Some((t, v)) = st.find(table) {
             if !ptr::eq(st.tables[t].views[v].table, table) {
@@ -695,14 +931,13 @@ impl Storage for MemoryEngine {
             }
             return Ok(());
         }
-        let in_tx = st.owner.is_some();
         if let Some(td) = st
             .tables
             .iter_mut()
             .find(|td| td.name().eq_ignore_ascii_case(table.name))
         {
             // Another version of a record already open on this engine.
-            if td.add_version(table, in_tx)? {
+            if td.add_version(table)? {
                 st.generation += 1;
             }
             return Ok(());
@@ -724,9 +959,6 @@ impl Storage for MemoryEngine {
                 (TableData::new(layout, flags, vec![view]), true)
             }
         };
-        if st.owner.is_some() {
-            st.metas.push(td.meta);
-        }
         st.tables.push(td);
         if changed {
             st.generation += 1;
@@ -734,149 +966,21 @@ impl Storage for MemoryEngine {
         Ok(())
     }
 
-    fn insert(&self, table: &'static Table, id: Option<i64>, row: &dyn Fields) -> Result<i64> {
-        let mut g = self.write();
-        let tv = g.table(table)?;
-        g.insert(tv, id, row)
-    }
-
-    fn update(
-        &self,
-        table: &'static Table,
-        row: &dyn Fields,
-        fields: Option<&[usize]>,
-    ) -> Result<bool> {
-        let mut g = self.write();
-        let tv = g.table(table)?;
-        g.update(tv, row, fields)
-    }
-
-    fn delete(&self, table: &'static Table, id: i64) -> Result<bool> {
-        let mut g = self.write();
-        let (t, _) = g.table(table)?;
-        g.delete(t, id)
-    }
-
-    fn delete_where(&self, table: &'static Table, filter: &Filter) -> Result<u64> {
-        let mut g = self.write();
-        let tv = g.table(table)?;
-        g.delete_where(tv, filter)
-    }
-
-    fn retrieve(
-        &self,
-        table: &'static Table,
-        id: i64,
-        out: &mut dyn FnMut(&dyn Row) -> Result<()>,
-    ) -> Result<bool> {
-        let g = self.read();
-        let (t, v) = g.table(table)?;
-        let td = &g.tables[t];
-        match td.slot_of(id).and_then(|s| td.row(s, td.views[v].map())) {
-            Some(row) => {
-                out(&row)?;
-                Ok(true)
-            }
-            None => Ok(false),
+    fn begin(self: Arc<Self>) -> Result<Box<dyn EngineTx>> {
+        let token = next_tx_token();
+        {
+            let mut g = self.write(None)?;
+            let st = &mut *g;
+            st.owner = Some(token);
+            self.owner.store(token, Ordering::Release);
+            st.metas.clear();
+            st.metas.extend(st.tables.iter().map(|t| t.meta));
+            st.undo.clear();
         }
-    }
-
-    fn select(
-        &self,
-        table: &'static Table,
-        select: &Select,
-        out: &mut dyn FnMut(&dyn Row) -> Result<()>,
-    ) -> Result<()> {
-        let g = self.read();
-        let (t, v) = g.table(table)?;
-        let td = &g.tables[t];
-        query::select(td, td.views[v].map(), select, &mut |row| {
-            out(row)?;
-            Ok(true)
-        })
-    }
-
-    fn count(&self, table: &'static Table, filter: &Filter) -> Result<u64> {
-        let g = self.read();
-        let (t, v) = g.table(table)?;
-        let td = &g.tables[t];
-        query::count(td, td.views[v].map(), filter)
-    }
-
-    fn select_value(
-        &self,
-        table: &'static Table,
-        col: Column,
-        select: &Select,
-    ) -> Result<Option<Value>> {
-        let g = self.read();
-        let (t, v) = g.table(table)?;
-        let td = &g.tables[t];
-        let mut found = None;
-        query::select(td, td.views[v].map(), select, &mut |row| {
-            found = Some(column(row, col)?.to_owned());
-            Ok(false)
-        })?;
-        Ok(found)
-    }
-
-    fn apply_batch(
-        &self,
-        items: &[BatchItem<'_>],
-        results: &mut Vec<BatchResult>,
-        stop_on_error: bool,
-    ) -> Result<()> {
-        let r = self.write().apply_batch(items, results, stop_on_error);
-        if self.saves_on_commit() && !self.in_transaction() {
-            // Outside a transaction, the batch's writes are committed as made,
-            // those before a failure included.
-            let saved = self.flush();
-            r?;
-            return saved;
-        }
-        r
-    }
-
-    fn begin(&self) -> Result<()> {
-        let mut g = self.write();
-        if g.owner.is_some() {
-            return Err(Error::Transaction(
-                "a transaction is already open on this thread; nested transactions are not supported",
-            ));
-        }
-        let me = thread_token();
-        g.owner = Some(me);
-        self.owner.store(me, Ordering::Release);
-        g.metas = g.tables.iter().map(|t| t.meta).collect();
-        g.undo.clear();
-        Ok(())
-    }
-
-    fn commit(&self) -> Result<()> {
-        let mut g = self.write();
-        if g.owner.is_none() {
-            return Err(Error::Transaction("no transaction is open on this thread"));
-        }
-        g.undo.clear();
-        g.metas.clear();
-        self.end_tx(g);
-        if self.saves_on_commit() {
-            self.flush()?;
-        }
-        Ok(())
-    }
-
-    fn rollback(&self) -> Result<()> {
-        let mut g = self.write();
-        if g.owner.is_none() {
-            return Err(Error::Transaction("no transaction is open on this thread"));
-        }
-        g.rollback();
-        self.end_tx(g);
-        Ok(())
-    }
-
-    fn in_transaction(&self) -> bool {
-        self.owner.load(Ordering::Acquire) == thread_token()
+        Ok(Box::new(MemoryTx {
+            engine: self,
+            token,
+            open: true,
+        }))
     }
 }

@@ -1,6 +1,7 @@
 //! How a memory engine is opened: in memory only, or backed by a file.
 
 use std::path::{Path, PathBuf};
+use std::time::Duration;
 
 /// The form of the persistence file.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -29,14 +30,20 @@ pub struct MemoryOptions {
     /// The form the file is written in. Either form is read, whatever this says:
     /// changing it converts the file at the next save.
     pub format: FileFormat,
-    /// Also save after every commit of a transaction (the ORM's batches commit
-    /// through one) and after a batch run outside a transaction. A save writes
-    /// the whole data set, so this suits small tables with rare writes; single
-    /// writes outside a transaction are never saved one by one.
+    /// Also save after every commit of a transaction that wrote something
+    /// (the ORM's batches commit through one) and after a batch run outside a
+    /// transaction. A save writes the whole data set, so this suits small
+    /// tables with rare writes; single writes outside a transaction are never
+    /// saved one by one.
     pub save_on_commit: bool,
     /// The zstd level of the binary form (1 = fastest; 3 = zstd's default;
     /// up to 22), or `None` to store it uncompressed.
     pub zstd_level: Option<i32>,
+    /// How long a caller waits for another transaction to end before failing
+    /// with [`burrow_core::Error::Busy`]: a call on the engine, a `begin`, a
+    /// [`crate::MemoryEngine::flush`]. Default
+    /// [`burrow_core::DEFAULT_LOCK_TIMEOUT`].
+    pub lock_timeout: Duration,
 }
 
 impl Default for MemoryOptions {
@@ -46,6 +53,7 @@ impl Default for MemoryOptions {
             format: FileFormat::Binary,
             save_on_commit: false,
             zstd_level: Some(1),
+            lock_timeout: burrow_core::DEFAULT_LOCK_TIMEOUT,
         }
     }
 }
@@ -85,6 +93,13 @@ impl MemoryOptions {
     /// Sets the zstd level of the binary form (`None`: uncompressed).
     pub fn zstd_level(mut self, level: Option<i32>) -> Self {
         self.zstd_level = level;
+        self
+    }
+
+    /// Sets how long a caller waits for another transaction (see
+    /// [`MemoryOptions::lock_timeout`]).
+    pub fn lock_timeout(mut self, timeout: Duration) -> Self {
+        self.lock_timeout = timeout;
         self
     }
 }

@@ -596,10 +596,9 @@ impl TableData {
     /// saved changed.
     ///
     /// Another kind is [`Error::Schema`], and so are duplicates in a field it
-    /// makes unique; inside a transaction, a change that rebuilds the rows or
-    /// a unique index is [`Error::Transaction`] (the undo log holds rows in the
-    /// old form). Nothing changes on an error.
-    pub fn add_version(&mut self, table: &'static Table, in_tx: bool) -> Result<bool> {
+    /// makes unique. Nothing changes on an error. Never called inside a
+    /// transaction, whose undo log holds rows in the old form.
+    pub fn add_version(&mut self, table: &'static Table) -> Result<bool> {
         let old = &self.layout;
         let mut specs: Vec<SlotSpec> = old
             .slots
@@ -664,16 +663,6 @@ impl TableData {
             self.views = views;
             return Ok(changed);
         }
-        let unique_added = (0..old.len()).any(|i| {
-            TableData::enforced(&views, &flags, i).0
-                && !TableData::enforced(&self.views, &self.flags, i).0
-        });
-        if in_tx && (reencode || unique_added) {
-            return Err(Error::Transaction(
-                "a table cannot get new fields or unique indexes inside a transaction: \
-                 open the new version of its record before beginning one",
-            ));
-        }
         let layout = Layout::new(&old.table, specs)?;
         let mut arena = Arena::default();
         let rows = if reencode {
@@ -714,8 +703,6 @@ impl TableData {
         td.arena = arena;
         td.live = self.live;
         td.meta = self.meta;
-        // The slots stay where they were: the undo log of an open transaction
-        // still names them.
         match td.rebuild_indexes() {
             Ok(()) => {
                 *self = td;

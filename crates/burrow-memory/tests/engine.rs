@@ -6,17 +6,30 @@ mod common;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::thread;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use burrow_core::{
-    Batch, BatchResult, Client, Column, Error, ErrorKind, Filter, Orm, Query, Select, Storage,
-    Value,
+    Batch, BatchResult, Client, Column, Error, ErrorKind, Filter, Orm, Placement, Query, Record,
+    RowOps, Select, Storage, Value,
 };
-use burrow_memory::MemoryEngine;
+use burrow_memory::{MemoryEngine, MemoryOptions};
 use common::*;
 
 fn filled(n: u64) -> (Client, Arc<MemoryEngine>) {
     let (c, e) = memory_client();
+    let mut b = Batch::new();
+    for p in people(n, 5) {
+        b.add(p);
+    }
+    c.send(&mut b).unwrap();
+    (c, e)
+}
+
+/// A filled engine whose callers give up on a transaction after 100 ms.
+fn impatient(n: u64) -> (Client, Arc<MemoryEngine>) {
+    let opts = MemoryOptions::memory().lock_timeout(Duration::from_millis(100));
+    let e = Arc::new(MemoryEngine::open(opts).unwrap());
+    let c = Client::open(model(), e.clone()).unwrap();
     let mut b = Batch::new();
     for p in people(n, 5) {
         b.add(p);
@@ -129,10 +142,9 @@ fn unique_violation_changes_nothing() {
 
 #[test]
 fn rollback_leaves_nothing_behind() {
-    let (c, e) = filled(100);
+    let (c, _) = filled(100);
     let before = snapshot(&c);
     let tx = c.transaction().unwrap();
-    assert!(e.in_transaction());
     let mut p = people(1, 11).remove(0);
     p.email = "in-tx@example.org".into();
     let id = tx.add(&mut p).unwrap();
@@ -151,7 +163,6 @@ fn rollback_leaves_nothing_behind() {
     tx.add_with_id(&mut r, 8).unwrap();
     assert_eq!(tx.count::<Person>("", &[]).unwrap(), 90);
     tx.rollback().unwrap();
-    assert!(!e.in_transaction());
     assert_eq!(snapshot(&c), before);
     // The indexes agree with the rows again.
     assert_eq!(
@@ -171,28 +182,98 @@ fn rollback_leaves_nothing_behind() {
 }
 
 #[test]
-fn nested_begin_is_an_error() {
-    let (c, e) = memory_client();
+fn a_dropped_transaction_leaves_nothing() {
+    let (c, e) = impatient(20);
+    let before = snapshot(&c);
+    let table = Person::table();
+    let tx = e.clone().begin().unwrap();
+    let mut p = people(1, 51).remove(0);
+    p.email = "dropped@example.org".into();
+    let id = tx.insert(table, None, &p).unwrap();
+    assert_eq!(tx.count(table, &Filter::all()).unwrap(), 21);
+    let mut q = tx_retrieve(&*tx, 3);
+    q.last_name = "Dropped".into();
+    assert!(tx.update(table, &q, None).unwrap());
+    assert!(tx.delete(table, 4).unwrap());
+    drop(tx);
+    // Ended by the drop: the engine answers at once (its lock timeout is
+    // short), without the writes.
+    assert_eq!(snapshot(&c), before);
+    assert!(c.get::<Person>(id).unwrap().is_none());
+    // The same through the client's transaction.
     let tx = c.transaction().unwrap();
-    let err = c
-        .transaction()
-        .err()
-        .expect("a nested transaction must fail");
-    assert!(matches!(err, Error::Transaction(_)), "{err}");
-    assert!(e.in_transaction(), "the outer transaction survives");
+    tx.add(&mut p).unwrap();
+    tx.delete::<Person>(5).unwrap();
+    drop(tx);
+    assert_eq!(snapshot(&c), before);
+}
+
+/// Reads a row through a transaction's own calls.
+fn tx_retrieve(rows: &dyn RowOps, id: i64) -> Person {
+    let mut found = None;
+    rows.retrieve(Person::table(), id, &mut |row| {
+        found = Some(Person::from_row(row)?);
+        Ok(())
+    })
+    .unwrap();
+    found.expect("the row exists")
+}
+
+#[test]
+fn calls_on_the_engine_during_a_transaction_are_busy() {
+    let (c, e) = impatient(10);
+    assert_eq!(e.caps().name, "memory");
+    assert_eq!(e.caps().placement, Placement::InProcess);
+    let tx = c.transaction().unwrap();
+    let mut p = people(1, 52).remove(0);
+    p.email = "in-tx@example.org".into();
+    tx.add(&mut p).unwrap();
+    let start = Instant::now();
+    let err = e.count(Person::table(), &Filter::all()).unwrap_err();
+    let elapsed = start.elapsed();
+    match err {
+        Error::Busy { engine, waited } => {
+            assert_eq!(engine, "memory");
+            assert_eq!(waited, Duration::from_millis(100));
+        }
+        other => panic!("{other:?}"),
+    }
+    assert!(elapsed >= Duration::from_millis(100), "{elapsed:?}");
+    assert!(elapsed < Duration::from_secs(3), "{elapsed:?}");
+    // A write, and a second transaction, give up the same way, doing nothing.
+    let mut q = people(1, 53).remove(0);
+    q.email = "outside@example.org".into();
+    assert_eq!(c.add(&mut q).unwrap_err().kind(), ErrorKind::Busy);
+    assert_eq!(c.transaction().err().unwrap().kind(), ErrorKind::Busy);
+    assert_eq!(tx.count::<Person>("", &[]).unwrap(), 11);
     tx.commit().unwrap();
-    assert!(matches!(e.commit(), Err(Error::Transaction(_))));
-    assert!(matches!(e.rollback(), Err(Error::Transaction(_))));
+    assert_eq!(c.count::<Person>("", &[]).unwrap(), 11);
+    assert!(c
+        .list::<Person>("Email = 'outside@example.org'", &[])
+        .unwrap()
+        .is_empty());
+    c.add(&mut q).unwrap();
+}
+
+#[test]
+fn a_transaction_can_end_on_another_thread() {
+    let (c, e) = filled(10);
+    let tx = e.clone().begin().unwrap();
+    let mut p = people(1, 54).remove(0);
+    p.email = "moved@example.org".into();
+    let id = tx.insert(Person::table(), None, &p).unwrap();
+    thread::spawn(move || tx.commit().unwrap()).join().unwrap();
+    assert_eq!(c.retrieve::<Person>(id).unwrap().email, "moved@example.org");
 }
 
 #[test]
 fn other_threads_wait_for_a_transaction() {
     let (c, e) = filled(10);
-    let table = <Person as burrow_core::Record>::table();
-    e.begin().unwrap();
+    let table = Person::table();
+    let tx = e.clone().begin().unwrap();
     let mut p = people(1, 21).remove(0);
     p.email = "uncommitted@example.org".into();
-    e.insert(table, None, &p).unwrap();
+    tx.insert(table, None, &p).unwrap();
     let done = Arc::new(AtomicBool::new(false));
     let reader = {
         let (e, done) = (e.clone(), done.clone());
@@ -215,7 +296,7 @@ fn other_threads_wait_for_a_transaction() {
         !done.load(Ordering::SeqCst),
         "a reader ran inside another thread's transaction"
     );
-    e.rollback().unwrap();
+    tx.rollback().unwrap();
     // The reader saw the state without the rolled-back row; the writer's row
     // came after the rollback and got the next free ID.
     let n = reader.join().unwrap();
@@ -297,7 +378,7 @@ fn many_deletes_compact_and_indexes_stay_right() {
 
 #[test]
 fn rows_stay_right_while_updates_fill_and_repack_the_arena() {
-    let (c, e) = filled(400);
+    let (c, _) = filled(400);
     let mut want = snapshot(&c);
     let photo = |round: usize, id: i64| -> Vec<u8> {
         (0..2000)
@@ -305,24 +386,24 @@ fn rows_stay_right_while_updates_fill_and_repack_the_arena() {
             .collect()
     };
     for round in 0..10 {
-        // A rolled-back round leaves the rows as they were, although its
-        // updates made garbage that no repack may touch inside the transaction.
-        let rolled_back = round % 3 == 1;
-        if rolled_back {
-            e.begin().unwrap();
-        }
-        for p in &mut want.clone() {
+        let mut rows = want.clone();
+        for p in &mut rows {
             p.photo = Some(photo(round, p.id));
             p.last_name = format!("Round{round}");
-            c.update(p).unwrap();
         }
-        if rolled_back {
-            e.rollback().unwrap();
-        } else {
-            for p in &mut want {
-                p.photo = Some(photo(round, p.id));
-                p.last_name = format!("Round{round}");
+        // A rolled-back round leaves the rows as they were, although its
+        // updates made garbage that no repack may touch inside the transaction.
+        if round % 3 == 1 {
+            let tx = c.transaction().unwrap();
+            for p in &mut rows {
+                tx.update(p).unwrap();
             }
+            tx.rollback().unwrap();
+        } else {
+            for p in &mut rows {
+                c.update(p).unwrap();
+            }
+            want = rows;
         }
         assert_eq!(snapshot(&c), want, "after round {round}");
     }
@@ -391,7 +472,7 @@ fn select_value_and_unknown_tables() {
 
 #[test]
 fn many_threads_read_and_write() {
-    let (c, e) = filled(200);
+    let (c, _) = filled(200);
     let c = Arc::new(c);
     let mut handles = Vec::new();
     for t in 0..4u64 {
@@ -429,7 +510,6 @@ fn many_threads_read_and_write() {
     for h in handles {
         h.join().unwrap();
     }
-    assert!(!e.in_transaction());
     // Every row is reachable through its unique index.
     for p in snapshot(&c) {
         let hit = c

@@ -5,6 +5,7 @@ mod common;
 
 use std::path::Path;
 use std::sync::Arc;
+use std::time::Duration;
 
 use burrow_core::chrono::{DateTime, NaiveDate, TimeZone, Utc};
 use burrow_core::{Batch, Client, Currency, Error, Model, Orm, Query, Ref, Storage, Value};
@@ -287,11 +288,16 @@ fn a_missing_folder_or_foreign_file_is_an_error() {
 fn save_on_commit_and_flush_rules() {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("people.data");
-    let (c, e) = open(MemoryOptions::file(&path).save_on_commit(true));
+    let opts = MemoryOptions::file(&path)
+        .save_on_commit(true)
+        .lock_timeout(Duration::from_millis(100));
+    let (c, e) = open(opts);
     let tx = c.transaction().unwrap();
     let mut p = people(1, 1).remove(0);
     tx.add(&mut p).unwrap();
-    assert!(matches!(e.flush(), Err(Error::Transaction(_))));
+    // The file holds committed data only: a flush waits for the transaction.
+    assert!(matches!(e.flush(), Err(Error::Busy { .. })));
+    assert!(!path.exists());
     tx.commit().unwrap();
     // Another engine on the same file sees the committed row without a drop.
     let (other, _) = open(MemoryOptions::file(&path));
@@ -316,19 +322,29 @@ fn save_on_commit_and_flush_rules() {
 fn an_open_transaction_is_not_saved_on_drop() {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("people.data");
-    {
+    let tx = {
         let (c, e) = open(MemoryOptions::file(&path));
         fill(&c, &people(3, 1));
         e.flush().unwrap();
-        e.begin().unwrap();
+        // Committed but not saved yet: the drop must save it.
+        let mut p = people(1, 3).remove(0);
+        p.email = "committed".into();
+        c.add(&mut p).unwrap();
+        let tx = e.clone().begin().unwrap();
         let mut p = people(1, 2).remove(0);
         p.email = "uncommitted".into();
-        e.insert(<Person as burrow_core::Record>::table(), None, &p)
+        tx.insert(<Person as burrow_core::Record>::table(), None, &p)
             .unwrap();
-        // Dropped with the transaction open (the thread is gone, say).
-    }
+        tx
+    };
+    // The handle holds the last reference to the engine: dropping it rolls
+    // back, then drops the engine, which saves.
+    drop(tx);
     let (c, _) = open(MemoryOptions::file(&path));
-    assert_eq!(all(&c).len(), 3);
+    let emails: Vec<String> = all(&c).into_iter().map(|p| p.email).collect();
+    assert_eq!(emails.len(), 4, "{emails:?}");
+    assert!(emails.iter().any(|m| m == "committed"));
+    assert!(!emails.iter().any(|m| m == "uncommitted"));
 }
 
 /// The fixture: written once by `write_fixture` with format version 1, kept in
@@ -581,11 +597,11 @@ fn a_million_rows_save_and_load() {
         let c = Client::open(Model::new().with::<Sample>(), e.clone()).unwrap();
         let table = <Sample as burrow_core::Record>::table();
         for chunk in 0..N / 100_000 {
-            e.begin().unwrap();
+            let tx = e.clone().begin().unwrap();
             for i in chunk * 100_000..(chunk + 1) * 100_000 {
-                e.insert(table, None, &sample(i, at)).unwrap();
+                tx.insert(table, None, &sample(i, at)).unwrap();
             }
-            e.commit().unwrap();
+            tx.commit().unwrap();
         }
         assert_eq!(c.count::<Sample>("", &[]).unwrap(), N as u64);
         e.flush().unwrap();

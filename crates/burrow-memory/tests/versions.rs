@@ -4,11 +4,10 @@
 mod common;
 
 use std::sync::Arc;
+use std::time::Duration;
 
 use burrow_core::chrono::{DateTime, NaiveDate, Utc};
-use burrow_core::{
-    Batch, BatchResult, Client, Error, ErrorKind, Model, Orm, Query, Storage, Value,
-};
+use burrow_core::{Batch, BatchResult, Client, Error, ErrorKind, Model, Orm, Query, Value};
 use burrow_derive::Record;
 use burrow_memory::{MemoryEngine, MemoryOptions};
 use common::*;
@@ -161,22 +160,25 @@ fn versions_that_reorder_and_drop_fields_share_a_table() {
 }
 
 #[test]
-fn a_new_version_needs_no_open_transaction() {
-    let e = Arc::new(MemoryEngine::new());
+fn a_new_version_waits_for_an_open_transaction() {
+    let opts = MemoryOptions::memory().lock_timeout(Duration::from_millis(100));
+    let e = Arc::new(MemoryEngine::open(opts).unwrap());
     let c1 = client::<ItemV1>(&e);
     c1.add(&mut item("a", 1, None)).unwrap();
-    e.begin().unwrap();
+    let tx = c1.transaction().unwrap();
+    tx.add(&mut item("b", 2, None)).unwrap();
+    // Opening it rewrites the rows, which the transaction's undo log names.
     let err = Client::open(Model::new().with::<ItemV2>(), e.clone())
         .err()
         .unwrap();
-    assert!(matches!(err, Error::Transaction(_)), "{err}");
-    e.rollback().unwrap();
+    assert_eq!(err.kind(), ErrorKind::Busy, "{err}");
+    tx.rollback().unwrap();
     let c2 = client::<ItemV2>(&e);
     assert_eq!(c2.count::<ItemV2>("", &[]).unwrap(), 1);
     // Once open, a version is found inside a transaction as well.
-    e.begin().unwrap();
-    let _again = client::<ItemV2>(&e);
-    e.commit().unwrap();
+    let tx = c2.transaction().unwrap();
+    assert_eq!(tx.count::<ItemV2>("Extra = 0", &[]).unwrap(), 1);
+    tx.commit().unwrap();
 }
 
 #[derive(Record, Debug, Clone, PartialEq, Default)]

@@ -26,7 +26,7 @@ pub enum DbErrorKind {
     IdsExhausted,
     /// The connection is gone: killed, dropped by the network, server restart.
     Lost,
-    /// A timeout fired (statement, connect, or pool wait).
+    /// A timeout fired (statement, connect, or SQLite busy).
     Timeout,
     /// Anything else.
     Other,

@@ -7,16 +7,18 @@ use std::sync::{Arc, PoisonError, RwLock};
 use burrow_core::chrono::NaiveTime;
 use burrow_core::datetime::{format_date, format_datetime};
 use burrow_core::{
-    BatchItem, BatchOp, BatchResult, Column, Error, FieldKind, Fields, Filter, Result, Row, Select,
-    Storage, Table, Value, ValueRef,
+    BatchItem, BatchOp, BatchResult, Caps, EngineTx, Error, FieldKind, Fields, Filter, Result, Row,
+    Select, Storage, Table, Value, ValueRef,
 };
 use smallvec::SmallVec;
 
 use crate::conn::{query_i64, Conn, DbError, DbErrorKind, QueryError, RawRow};
-use crate::dialect::{param_columns, Dialect, Enc, SqlText};
+use crate::dialect::{param_columns, Dialect, Enc};
 use crate::options::{redact, SqlEngineBuilder, SqlOptions};
-use crate::pool::{Connector, Lease, Pool};
+use crate::pool::{Connector, Pool};
+use crate::rows::{self, Session, Via};
 use crate::table::TableSql;
+use crate::tx::SqlTx;
 use crate::{schema, ENGINE};
 
 /// What the engine learnt about the server when it connected.
@@ -38,6 +40,13 @@ struct ServerInfo {
 /// `Arc<SqlEngine>` and place tables on it with
 /// [`burrow_core::ClientBuilder::place`].
 ///
+/// A call on the engine runs on its own (autocommit) on any free pooled
+/// connection. A transaction ([`Storage::begin`], [`SqlEngine::transaction`])
+/// holds one connection until it ends; when open transactions hold them all,
+/// other calls wait for one at most the lock timeout
+/// ([`crate::SqlEngineBuilder::lock_timeout`]), then fail with
+/// [`Error::Busy`].
+///
 /// ```no_run
 /// use burrow_sql::SqlEngine;
 /// let engine = SqlEngine::builder("postgres://postgres@127.0.0.1/test")
@@ -49,10 +58,10 @@ struct ServerInfo {
 /// ```
 pub struct SqlEngine {
     opts: SqlOptions,
-    pool: Pool,
+    pub(crate) pool: Pool,
     tables: RwLock<Vec<Arc<TableSql>>>,
     server: ServerInfo,
-    name: &'static str,
+    caps: Caps,
 }
 
 /// Converts a value to the form its column stores.
@@ -82,14 +91,14 @@ fn store<'a>(dialect: Dialect, enc: Enc, v: ValueRef<'a>) -> ValueRef<'a> {
 }
 
 /// A stored value read back as the typed value of its field kind.
-fn typed(kind: FieldKind, v: ValueRef<'_>) -> ValueRef<'_> {
+pub(crate) fn typed(kind: FieldKind, v: ValueRef<'_>) -> ValueRef<'_> {
     kind.typed(&v).unwrap_or(v)
 }
 
 /// A result row of `SELECT id, fields…`, each value typed by its field.
-struct TypedRow<'r> {
-    raw: &'r dyn RawRow,
-    table: &'static Table,
+pub(crate) struct TypedRow<'r> {
+    pub raw: &'r dyn RawRow,
+    pub table: &'static Table,
 }
 
 impl Row for TypedRow<'_> {
@@ -141,7 +150,7 @@ fn push_fields<'a>(
     }
 }
 
-fn filter_params<'a>(t: &TableSql, filter: &'a Filter, out: &mut Vec<ValueRef<'a>>) {
+pub(crate) fn filter_params<'a>(t: &TableSql, filter: &'a Filter, out: &mut Vec<ValueRef<'a>>) {
     let cols = param_columns(filter);
     for (i, p) in filter.params.iter().enumerate() {
         let enc = cols.get(i).map_or(Enc::Int, |c| t.enc(*c));
@@ -202,7 +211,10 @@ impl SqlEngine {
             }
             #[cfg(feature = "sqlite")]
             Dialect::Sqlite => {
-                let setup = crate::lite::LiteSetup::new(&opts.url, opts.statement_timeout)?;
+                let setup = crate::lite::LiteSetup::new(
+                    &opts.url,
+                    opts.statement_timeout.unwrap_or(opts.lock_timeout),
+                )?;
                 Box::new(move || setup.connect().map(|c| Box::new(c) as Box<dyn Conn>))
             }
             #[allow(unreachable_patterns)]
@@ -213,16 +225,16 @@ impl SqlEngine {
                 )))
             }
         };
-        let name = match opts.dialect {
-            Dialect::Postgres => "postgres",
-            Dialect::MySql => "mysql",
-            Dialect::Sqlite => "sqlite-external",
+        let caps = match opts.dialect {
+            Dialect::Postgres => Caps::network("postgres"),
+            Dialect::MySql => Caps::network("mysql"),
+            Dialect::Sqlite => Caps::in_process("sqlite-external"),
         };
         let pool = Pool::new(
-            ENGINE,
+            caps.name,
             connect,
             opts.pool_size,
-            opts.acquire_timeout,
+            opts.lock_timeout,
             opts.check_after_idle,
         );
         let server = {
@@ -239,7 +251,7 @@ impl SqlEngine {
             pool,
             tables: RwLock::new(Vec::new()),
             server,
-            name,
+            caps,
         })
     }
 
@@ -258,16 +270,12 @@ impl SqlEngine {
         &self.server.version
     }
 
-    /// Runs a statement of your own (maintenance, reports), in the calling
-    /// thread's transaction if one is open; returns the rows it changed.
-    /// Placeholders are the dialect's (`$1` or `?`); bind values, never splice them.
+    /// Runs a statement of your own (maintenance, reports) on its own;
+    /// returns the rows it changed. Placeholders are the dialect's (`$1` or
+    /// `?`); bind values, never splice them. [`SqlTx::execute`] runs one
+    /// inside a transaction.
     pub fn execute(&self, sql: &str, params: &[Value]) -> Result<u64> {
-        let mut lease = self.lease()?;
-        let p: Vec<ValueRef<'_>> = params.iter().map(Value::as_ref).collect();
-        lease
-            .conn()
-            .execute(sql, &p, false)
-            .map_err(|e| e.into_error(ENGINE, None))
+        rows::execute(self, sql, params)
     }
 
     /// Runs a query of your own, handing each row to `f` as owned values.
@@ -277,22 +285,18 @@ impl SqlEngine {
         params: &[Value],
         f: &mut dyn FnMut(&[Value]) -> Result<()>,
     ) -> Result<()> {
-        let mut lease = self.lease()?;
-        let p: Vec<ValueRef<'_>> = params.iter().map(Value::as_ref).collect();
-        let mut buf = Vec::new();
-        lease
-            .conn()
-            .query(sql, &p, false, &mut |row| {
-                buf.clear();
-                for i in 0..row.len() {
-                    buf.push(row.value(i)?.to_owned());
-                }
-                f(&buf)
-            })
-            .map_err(|e| q_err(e, None))
+        rows::query(self, sql, params, f)
     }
 
-    fn table(&self, table: &Table) -> Result<Arc<TableSql>> {
+    /// Begins a transaction of this engine alone, as [`Storage::begin`] does,
+    /// returned as itself so that statements of your own can run in it
+    /// ([`SqlTx::execute`], [`SqlTx::query`]). It holds one pooled
+    /// connection until committed, rolled back or dropped (which rolls back).
+    pub fn transaction(self: &Arc<Self>) -> Result<SqlTx> {
+        SqlTx::begin(self.clone())
+    }
+
+    pub(crate) fn table(&self, table: &Table) -> Result<Arc<TableSql>> {
         let v = self.tables.read().unwrap_or_else(PoisonError::into_inner);
         v.iter()
             .find(|t| std::ptr::eq(t.table, table))
@@ -301,47 +305,28 @@ impl SqlEngine {
             .ok_or_else(|| {
                 Error::UnknownTable(format!(
                     "{} is not open in this {} engine",
-                    table.name, self.name
+                    table.name, self.caps.name
                 ))
             })
     }
 
-    /// A connection for the calling thread; its transaction's if one is open.
-    fn lease(&self) -> Result<Lease<'_>> {
-        let mut lease = self.pool.acquire()?;
-        if lease.in_transaction() && lease.conn().broken() {
-            return Err(DbError::new(
-                DbErrorKind::Lost,
-                "the connection of this thread's transaction is gone; roll it back",
-            )
-            .into_error(ENGINE, None));
-        }
-        Ok(lease)
+    /// Whether writes inside a transaction run under a savepoint.
+    pub(crate) fn tx_guard(&self) -> bool {
+        self.opts.dialect == Dialect::Postgres && self.opts.savepoints
     }
 
-    /// Whether writes on `lease` run under a savepoint.
-    fn guard(&self, lease: &Lease<'_>) -> bool {
-        lease.in_transaction() && self.opts.dialect == Dialect::Postgres && self.opts.savepoints
-    }
-
-    /// Runs a read, once more on a fresh connection if the first one turns out
-    /// to be dead (outside a transaction only: reads are safe to repeat).
-    fn read<R>(
-        &self,
-        mut f: impl FnMut(&mut dyn Conn) -> Result<R, QueryError>,
-    ) -> Result<R, QueryError> {
-        let mut lease = self.lease().map_err(QueryError::Out)?;
-        match f(lease.conn()) {
-            Err(QueryError::Db(e)) if e.kind == DbErrorKind::Lost && !lease.in_transaction() => {
-                drop(lease);
-                let mut lease = self.lease().map_err(QueryError::Out)?;
-                f(lease.conn())
-            }
-            r => r,
+    /// The statement that begins a transaction.
+    pub(crate) fn begin_verb(&self) -> &'static str {
+        match self.opts.dialect {
+            Dialect::Postgres => "BEGIN",
+            Dialect::MySql => "START TRANSACTION",
+            // Take the write lock now, as the SQLite engine does, so that a
+            // transaction never fails half-way to upgrade its lock.
+            Dialect::Sqlite => "BEGIN IMMEDIATE",
         }
     }
 
-    fn insert_on(
+    pub(crate) fn insert_on(
         &self,
         conn: &mut dyn Conn,
         guard: bool,
@@ -385,7 +370,7 @@ impl SqlEngine {
         }
     }
 
-    fn update_on(
+    pub(crate) fn update_on(
         &self,
         conn: &mut dyn Conn,
         guard: bool,
@@ -420,7 +405,13 @@ impl SqlEngine {
         Ok(changed > 0)
     }
 
-    fn delete_on(&self, conn: &mut dyn Conn, guard: bool, t: &TableSql, id: i64) -> Result<bool> {
+    pub(crate) fn delete_on(
+        &self,
+        conn: &mut dyn Conn,
+        guard: bool,
+        t: &TableSql,
+        id: i64,
+    ) -> Result<bool> {
         let changed = conn
             .execute(&t.delete, &[ValueRef::Int(id)], guard)
             .map_err(|e| e.into_error(ENGINE, Some(t.table)))?;
@@ -816,38 +807,55 @@ impl SqlEngine {
         }
     }
 
-    fn end(&self, verb: &str) -> Result<()> {
-        let Some(mut lease) = self.pool.unpin() else {
-            return Err(Error::Transaction("no transaction is open on this thread"));
-        };
-        let conn = lease.conn();
-        if conn.broken() {
-            return if verb == "ROLLBACK" {
-                // The server rolled it back when the connection went.
-                Ok(())
+    /// Applies batch items on `conn`, grouping runs of alike items into bulk
+    /// statements where the dialect allows.
+    pub(crate) fn apply_on(
+        &self,
+        conn: &mut dyn Conn,
+        guard: bool,
+        items: &[BatchItem<'_>],
+        results: &mut Vec<BatchResult>,
+        stop_on_error: bool,
+    ) -> Result<()> {
+        let mut i = 0;
+        while i < items.len() {
+            let g = group_of(&items[i]);
+            let table = items[i].table;
+            let run = if g == Group::Other || !self.can_group(g) {
+                1
             } else {
-                Err(DbError::new(
-                    DbErrorKind::Lost,
-                    "the transaction's connection is gone, so it was rolled back",
-                )
-                .into_error(ENGINE, None))
+                items[i..]
+                    .iter()
+                    .take_while(|it| group_of(it) == g && it.table.same(table))
+                    .count()
             };
-        }
-        match conn.simple(verb) {
-            Ok(()) => Ok(()),
-            Err(e) => {
-                if e.kind != DbErrorKind::Lost {
-                    let _ = conn.simple("ROLLBACK");
-                } else if verb == "ROLLBACK" {
-                    return Ok(());
+            if run > 1 {
+                let t = self.table(table)?;
+                let slice = &items[i..i + run];
+                match g {
+                    Group::AddNew => {
+                        self.bulk_add(conn, guard, &t, slice, i, results, stop_on_error)?
+                    }
+                    Group::Delete => {
+                        self.bulk_delete(conn, guard, &t, slice, i, results, stop_on_error)?
+                    }
+                    #[cfg(feature = "postgres")]
+                    Group::UpdateAll => {
+                        self.bulk_update(conn, guard, &t, slice, i, results, stop_on_error)?
+                    }
+                    _ => self.one_by_one(conn, guard, slice, i, results, stop_on_error)?,
                 }
-                Err(e.into_error(ENGINE, None))
+                i += run;
+                continue;
             }
+            self.one_by_one(conn, guard, &items[i..=i], i, results, stop_on_error)?;
+            i += 1;
         }
+        Ok(())
     }
 }
 
-fn q_err(e: QueryError, table: Option<&Table>) -> Error {
+pub(crate) fn q_err(e: QueryError, table: Option<&Table>) -> Error {
     match e {
         QueryError::Db(d) => d.into_error(ENGINE, table),
         QueryError::Out(e) => e,
@@ -893,7 +901,41 @@ fn server_info(conn: &mut dyn Conn, d: Dialect) -> Result<ServerInfo> {
     Ok(info)
 }
 
+impl Session for SqlEngine {
+    fn engine(&self) -> &SqlEngine {
+        self
+    }
+
+    // Autocommit on any free connection.
+    fn write<R>(&self, f: impl FnOnce(&mut dyn Conn, bool) -> Result<R>) -> Result<R> {
+        f(self.pool.acquire()?.conn(), false)
+    }
+
+    // Reads are safe to repeat, so a connection found dead (the server
+    // restarted, a firewall dropped it while idle) costs one retry, not an
+    // error.
+    fn read<R>(
+        &self,
+        mut f: impl FnMut(&mut dyn Conn) -> Result<R, QueryError>,
+    ) -> Result<R, QueryError> {
+        let mut lease = self.pool.acquire().map_err(QueryError::Out)?;
+        match f(lease.conn()) {
+            Err(QueryError::Db(e)) if e.kind == DbErrorKind::Lost => {
+                drop(lease);
+                f(self.pool.acquire().map_err(QueryError::Out)?.conn())
+            }
+            r => r,
+        }
+    }
+}
+
+burrow_core::forward_row_ops!(SqlEngine, |s| Via(s));
+
 impl Storage for SqlEngine {
+    fn caps(&self) -> Caps {
+        self.caps
+    }
+
     // Native dates, timestamps and PostgreSQL booleans compare as values;
     // text dates and 0/1 integers compare as whatever another writer stored.
     fn filters_typed(&self, table: &'static Table, field: usize) -> bool {
@@ -904,222 +946,21 @@ impl Storage for SqlEngine {
         })
     }
 
-    fn engine_name(&self) -> &'static str {
-        self.name
-    }
-
     fn ensure_table(&self, table: &'static Table) -> Result<()> {
-        let mut lease = self.lease()?;
-        let in_tx = lease.in_transaction();
-        let sql = schema::ensure(lease.conn(), &self.opts, table, in_tx)?;
+        let sql = schema::ensure(self.pool.acquire()?.conn(), &self.opts, table)?;
         let mut v = self.tables.write().unwrap_or_else(PoisonError::into_inner);
         v.retain(|t| !t.table.same(table));
         v.push(Arc::new(sql));
         Ok(())
     }
 
-    fn insert(&self, table: &'static Table, id: Option<i64>, row: &dyn Fields) -> Result<i64> {
-        let t = self.table(table)?;
-        let mut lease = self.lease()?;
-        let guard = self.guard(&lease);
-        self.insert_on(lease.conn(), guard, &t, id, row)
-    }
-
-    fn update(
-        &self,
-        table: &'static Table,
-        row: &dyn Fields,
-        fields: Option<&[usize]>,
-    ) -> Result<bool> {
-        let t = self.table(table)?;
-        let mut lease = self.lease()?;
-        let guard = self.guard(&lease);
-        self.update_on(lease.conn(), guard, &t, row, fields)
-    }
-
-    fn delete(&self, table: &'static Table, id: i64) -> Result<bool> {
-        let t = self.table(table)?;
-        let mut lease = self.lease()?;
-        let guard = self.guard(&lease);
-        self.delete_on(lease.conn(), guard, &t, id)
-    }
-
-    fn delete_where(&self, table: &'static Table, filter: &Filter) -> Result<u64> {
-        let t = self.table(table)?;
-        let mut s = SqlText::new(t.dialect, "DELETE FROM ");
-        s.push(&t.name);
-        t.write_where(&mut s, filter);
-        let mut p = Vec::with_capacity(filter.params.len());
-        filter_params(&t, filter, &mut p);
-        let mut lease = self.lease()?;
-        let guard = self.guard(&lease);
-        lease
-            .conn()
-            .execute(&s.text, &p, guard)
-            .map_err(|e| e.into_error(ENGINE, Some(table)))
-    }
-
-    fn retrieve(
-        &self,
-        table: &'static Table,
-        id: i64,
-        out: &mut dyn FnMut(&dyn Row) -> Result<()>,
-    ) -> Result<bool> {
-        let t = self.table(table)?;
-        self.read(|conn| {
-            conn.query_first(&t.select_by_id, &[ValueRef::Int(id)], &mut |raw| {
-                out(&TypedRow { raw, table })
-            })
-        })
-        .map_err(|e| q_err(e, Some(table)))
-    }
-
-    fn select(
-        &self,
-        table: &'static Table,
-        select: &Select,
-        out: &mut dyn FnMut(&dyn Row) -> Result<()>,
-    ) -> Result<()> {
-        let t = self.table(table)?;
-        let (sql, paged) = t.select_sql(None, select);
-        let p = page_params(&t, select, paged);
-        let mut started = false;
-        self.read(|conn| {
-            if started {
-                // Rows were handed out before the connection died: repeating
-                // the read would hand them out twice.
-                return Err(QueryError::Out(Error::engine(
-                    ENGINE,
-                    "connection lost mid-read",
-                )));
-            }
-            conn.query(&sql, &p, false, &mut |raw| {
-                started = true;
-                out(&TypedRow { raw, table })
-            })
-        })
-        .map_err(|e| q_err(e, Some(table)))
-    }
-
-    fn count(&self, table: &'static Table, filter: &Filter) -> Result<u64> {
-        let t = self.table(table)?;
-        let mut s = SqlText::new(t.dialect, "SELECT count(*) FROM ");
-        s.push(&t.name);
-        t.write_where(&mut s, filter);
-        let mut p = Vec::with_capacity(filter.params.len());
-        filter_params(&t, filter, &mut p);
-        let n = self
-            .read(|conn| query_i64(conn, &s.text, &p, false))
-            .map_err(|e| q_err(e, Some(table)))?;
-        Ok(n.unwrap_or(0).max(0) as u64)
-    }
-
-    fn select_value(
-        &self,
-        table: &'static Table,
-        column: Column,
-        select: &Select,
-    ) -> Result<Option<Value>> {
-        let t = self.table(table)?;
-        let (sql, paged) = t.select_sql(Some(column), select);
-        let p = page_params(&t, select, paged);
-        let kind = t.kind(column);
-        let mut found = None;
-        self.read(|conn| {
-            conn.query(&sql, &p, false, &mut |raw| {
-                if found.is_none() {
-                    found = Some(typed(kind, raw.value(0)?).to_owned());
-                }
-                Ok(())
-            })
-        })
-        .map_err(|e| q_err(e, Some(table)))?;
-        Ok(found)
-    }
-
-    fn apply_batch(
-        &self,
-        items: &[BatchItem<'_>],
-        results: &mut Vec<BatchResult>,
-        stop_on_error: bool,
-    ) -> Result<()> {
-        let mut lease = self.lease()?;
-        let guard = self.guard(&lease);
-        let conn = lease.conn();
-        let mut i = 0;
-        while i < items.len() {
-            let g = group_of(&items[i]);
-            let table = items[i].table;
-            let run = if g == Group::Other || !self.can_group(g) {
-                1
-            } else {
-                items[i..]
-                    .iter()
-                    .take_while(|it| group_of(it) == g && it.table.same(table))
-                    .count()
-            };
-            if run > 1 {
-                let t = self.table(table)?;
-                let slice = &items[i..i + run];
-                match g {
-                    Group::AddNew => {
-                        self.bulk_add(conn, guard, &t, slice, i, results, stop_on_error)?
-                    }
-                    Group::Delete => {
-                        self.bulk_delete(conn, guard, &t, slice, i, results, stop_on_error)?
-                    }
-                    #[cfg(feature = "postgres")]
-                    Group::UpdateAll => {
-                        self.bulk_update(conn, guard, &t, slice, i, results, stop_on_error)?
-                    }
-                    _ => self.one_by_one(conn, guard, slice, i, results, stop_on_error)?,
-                }
-                i += run;
-                continue;
-            }
-            self.one_by_one(conn, guard, &items[i..=i], i, results, stop_on_error)?;
-            i += 1;
-        }
-        Ok(())
-    }
-
-    fn begin(&self) -> Result<()> {
-        if self.pool.in_transaction() {
-            return Err(Error::Transaction(
-                "a transaction is already open on this thread; nested transactions are not supported",
-            ));
-        }
-        let mut lease = self.pool.acquire()?;
-        let verb = match self.opts.dialect {
-            Dialect::Postgres => "BEGIN",
-            Dialect::MySql => "START TRANSACTION",
-            // Take the write lock now, as the SQLite engine does, so that a
-            // transaction never fails half-way to upgrade its lock.
-            Dialect::Sqlite => "BEGIN IMMEDIATE",
-        };
-        lease
-            .conn()
-            .simple(verb)
-            .map_err(|e| e.into_error(ENGINE, None))?;
-        self.pool.pin(lease);
-        Ok(())
-    }
-
-    fn commit(&self) -> Result<()> {
-        self.end("COMMIT")
-    }
-
-    fn rollback(&self) -> Result<()> {
-        self.end("ROLLBACK")
-    }
-
-    fn in_transaction(&self) -> bool {
-        self.pool.in_transaction()
+    fn begin(self: Arc<Self>) -> Result<Box<dyn EngineTx>> {
+        Ok(Box::new(SqlTx::begin(self)?))
     }
 }
 
 /// The filter's parameters in storage form, then LIMIT and OFFSET if paged.
-fn page_params<'s>(t: &TableSql, select: &'s Select, paged: bool) -> Vec<ValueRef<'s>> {
+pub(crate) fn page_params<'s>(t: &TableSql, select: &'s Select, paged: bool) -> Vec<ValueRef<'s>> {
     let mut p = Vec::with_capacity(select.filter.params.len() + 2);
     filter_params(t, &select.filter, &mut p);
     if paged {

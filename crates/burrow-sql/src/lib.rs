@@ -12,15 +12,18 @@
 //! ```
 //!
 //! - [`SqlEngine`]: the [`burrow_core::Storage`] implementation.
+//! - [`SqlTx`]: its open transaction, which owns one pooled connection.
 //! - [`SqlEngineBuilder`]: the URL, the pool, the timeouts, the mapping of
 //!   records onto an existing schema.
 //! - [`Dialect`], [`DateTimeStorage`]: how SQL and values differ per database.
 //!
 //! Inside: `conn` is what the engine asks of a connection; `pg`, `my` and
 //! `lite` are the three drivers (each behind its cargo feature); `pool` lends
-//! connections and pins one to a thread for its transaction; `schema` creates
-//! or maps tables; `table` holds each table's statements; `engine` is the
-//! `Storage` implementation with its array-bound and multi-row batches.
+//! connections, for one call or for a transaction's whole life; `schema`
+//! creates or maps tables; `table` holds each table's statements; `engine` is
+//! the `Storage` implementation with its array-bound and multi-row batches;
+//! `rows` writes each row call once, for the engine's own calls and for
+//! `tx`, the transaction handle.
 //! `docs/external.md` explains the choices and the measured gains.
 #![forbid(unsafe_code)]
 // Parts used by one driver only are dead when its feature is off.
@@ -39,12 +42,15 @@ mod pg;
 #[cfg(feature = "postgres")]
 mod pgtls;
 mod pool;
+mod rows;
 mod schema;
 mod table;
+mod tx;
 
 pub use dialect::{DateTimeStorage, Dialect};
 pub use engine::SqlEngine;
 pub use options::{redact, SqlEngineBuilder, SqlOptions};
+pub use tx::SqlTx;
 
 /// The engine name in errors.
 const ENGINE: &str = "external SQL";

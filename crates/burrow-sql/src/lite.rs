@@ -24,8 +24,9 @@ pub struct LiteSetup {
 }
 
 impl LiteSetup {
-    /// Reads the path and the pragmas of a `sqlite:` URL.
-    pub fn new(url: &str, statement_timeout: Option<Duration>) -> Result<Self> {
+    /// Reads the path and the pragmas of a `sqlite:` URL; `busy`: how long a
+    /// statement waits for another connection's lock.
+    pub fn new(url: &str, busy: Duration) -> Result<Self> {
         let path = (!is_sqlite_memory(url)).then(|| sqlite_path(url).to_owned());
         let mut pragmas = String::new();
         for (k, v) in url_query(url) {
@@ -52,7 +53,7 @@ impl LiteSetup {
         Ok(LiteSetup {
             path,
             pragmas,
-            busy: statement_timeout.unwrap_or(Duration::from_secs(5)),
+            busy,
         })
     }
 

@@ -15,7 +15,7 @@ pub struct SqlOptions {
     pub(crate) dialect: Dialect,
     pub(crate) pool_size: usize,
     pub(crate) connect_timeout: Duration,
-    pub(crate) acquire_timeout: Duration,
+    pub(crate) lock_timeout: Duration,
     pub(crate) statement_timeout: Option<Duration>,
     pub(crate) check_after_idle: Duration,
     pub(crate) schema: Option<String>,
@@ -95,7 +95,7 @@ impl SqlEngineBuilder {
                 // only inside its one connection.
                 pool_size: if dialect == Dialect::Sqlite { 1 } else { 8 },
                 connect_timeout: Duration::from_secs(10),
-                acquire_timeout: Duration::from_secs(30),
+                lock_timeout: burrow_core::DEFAULT_LOCK_TIMEOUT,
                 statement_timeout: None,
                 check_after_idle: Duration::from_secs(30),
                 schema: None,
@@ -110,8 +110,8 @@ impl SqlEngineBuilder {
     }
 
     /// The most connections open at once (default 8; SQLite: 1, and a memory
-    /// database always 1). A thread with an open transaction keeps one to
-    /// itself until it ends; other threads share the rest.
+    /// database always 1). An open transaction holds one until it ends; other
+    /// calls share the rest.
     pub fn pool_size(mut self, n: usize) -> Self {
         if self.opts.dialect == Dialect::Sqlite && is_sqlite_memory(&self.opts.url) {
             return self;
@@ -126,10 +126,13 @@ impl SqlEngineBuilder {
         self
     }
 
-    /// How long a call waits for a free connection when all are busy
-    /// (default 30 s); then it fails instead of hanging.
-    pub fn acquire_timeout(mut self, t: Duration) -> Self {
-        self.opts.acquire_timeout = t;
+    /// How long a call waits for another transaction (default
+    /// [`burrow_core::DEFAULT_LOCK_TIMEOUT`], 5 s): for a free connection when
+    /// open transactions hold them all (then [`Error::Busy`] instead of
+    /// hanging), and, with SQLite, for another connection's write lock unless
+    /// [`SqlEngineBuilder::statement_timeout`] says otherwise.
+    pub fn lock_timeout(mut self, t: Duration) -> Self {
+        self.opts.lock_timeout = t;
         self
     }
 

@@ -1,30 +1,24 @@
-//! The connection pool, and transactions pinned to the thread that began them.
+//! The connection pool.
 //!
-//! Hand-rolled rather than `r2d2` or `deadpool`: the engine needs one thing
-//! neither offers, a connection *pinned to a thread* for the length of its
-//! transaction (that thread's calls find it again; other threads never see
-//! it), and a broken pinned connection reported as a lost transaction instead
-//! of silently replaced. What is left of a pool is small: a stack of idle
-//! connections, a count, and a condition variable, under one `std` mutex that
-//! is held only to push or pop (never across a network call).
+//! Hand-rolled rather than `r2d2` or `deadpool`: the engine needs a
+//! connection handed out as an owned value for a transaction's whole life
+//! (its [`crate::SqlTx`] carries it, to whichever thread it moves), a wait
+//! for a free one bounded by the engine's lock timeout and reported as
+//! [`Error::Busy`], and an in-process connection never pinged nor timed.
+//! What is left of a pool is small: a stack of idle connections, a count,
+//! and a condition variable, under one `std` mutex that is held only to push
+//! or pop (never across a network call).
 
 use std::sync::{Condvar, Mutex, MutexGuard, PoisonError};
-use std::thread::{self, ThreadId};
 use std::time::{Duration, Instant};
 
 use burrow_core::{Error, Result};
 
-use crate::conn::{Conn, DbError, DbErrorKind};
+use crate::conn::Conn;
+use crate::ENGINE;
 
 /// Opens a new connection.
-pub type Connector = Box<dyn Fn() -> Result<Box<dyn Conn>, DbError> + Send + Sync>;
-
-/// A transaction's connection, parked between the owning thread's calls.
-struct Pinned {
-    thread: ThreadId,
-    /// `None` while the owning thread is using it.
-    conn: Option<Box<dyn Conn>>,
-}
+pub type Connector = Box<dyn Fn() -> Result<Box<dyn Conn>, crate::conn::DbError> + Send + Sync>;
 
 struct State {
     /// Idle connections and when each was last handed out (`None` for one
@@ -34,13 +28,18 @@ struct State {
     /// clock once, not twice. A connection held long is then pinged once more
     /// than needed, never once less.
     idle: Vec<(Box<dyn Conn>, Option<Instant>)>,
-    /// Connections alive: idle, in use, or pinned.
+    /// Connections alive: idle or handed out.
     open: usize,
-    pinned: Vec<Pinned>,
-    /// Threads waiting for a connection. Waking nobody is skipped: a
+    /// Callers waiting for a connection. Waking nobody is skipped: a
     /// `notify_one` is a system call even when no thread waits, and it would
     /// be paid on every call.
     waiting: usize,
+}
+
+/// A connection taken out of the pool, and when (if the clock was read then).
+pub struct Pooled {
+    pub conn: Box<dyn Conn>,
+    taken: Option<Instant>,
 }
 
 /// A fixed-size pool of connections.
@@ -49,15 +48,10 @@ pub struct Pool {
     freed: Condvar,
     connect: Connector,
     size: usize,
-    acquire_timeout: Duration,
+    lock_timeout: Duration,
     check_after_idle: Duration,
+    /// The engine's name, for [`Error::Busy`].
     engine: &'static str,
-}
-
-/// The calling thread's ID, read once per thread.
-pub fn current_thread() -> ThreadId {
-    thread_local!(static ID: ThreadId = thread::current().id());
-    ID.with(|id| *id)
 }
 
 impl Pool {
@@ -65,20 +59,19 @@ impl Pool {
         engine: &'static str,
         connect: Connector,
         size: usize,
-        acquire_timeout: Duration,
+        lock_timeout: Duration,
         check_after_idle: Duration,
     ) -> Self {
         Pool {
             state: Mutex::new(State {
                 idle: Vec::new(),
                 open: 0,
-                pinned: Vec::new(),
                 waiting: 0,
             }),
             freed: Condvar::new(),
             connect,
             size,
-            acquire_timeout,
+            lock_timeout,
             check_after_idle,
             engine,
         }
@@ -88,36 +81,40 @@ impl Pool {
         self.state.lock().unwrap_or_else(PoisonError::into_inner)
     }
 
-    /// A connection for the calling thread: its transaction's, if one is open,
-    /// else an idle one, a new one, or the first freed within the timeout.
+    /// A connection lent to one call, back in the pool when the lease drops.
     pub fn acquire(&self) -> Result<Lease<'_>> {
-        let me = current_thread();
-        let mut deadline = None;
+        Ok(Lease {
+            pool: self,
+            pooled: Some(self.take()?),
+        })
+    }
+
+    /// An idle connection, a new one, or the first freed within the lock
+    /// timeout; then [`Error::Busy`] (every connection held, typically by open
+    /// transactions). The caller hands it back with [`Pool::give_back`] or
+    /// [`Pool::discard`].
+    pub fn take(&self) -> Result<Pooled> {
+        let mut started = None;
         let mut g = self.lock();
-        if let Some(p) = g.pinned.iter_mut().find(|p| p.thread == me) {
-            let conn = p.conn.take().ok_or_else(|| {
-                Error::Transaction("the transaction's connection is already in use on this thread")
-            })?;
-            return Ok(Lease {
-                pool: self,
-                conn: Some(conn),
-                pinned: true,
-                taken: None,
-            });
-        }
         loop {
             if let Some((mut conn, used)) = g.idle.pop() {
                 let Some(used) = used else {
-                    return Ok(self.lease(conn, None));
+                    return Ok(Pooled { conn, taken: None });
                 };
                 let now = Instant::now();
                 if now.saturating_duration_since(used) < self.check_after_idle {
-                    return Ok(self.lease(conn, Some(now)));
+                    return Ok(Pooled {
+                        conn,
+                        taken: Some(now),
+                    });
                 }
                 // Idle for long: check it outside the lock.
                 drop(g);
                 if !conn.broken() && conn.ping() {
-                    return Ok(self.lease(conn, Some(now)));
+                    return Ok(Pooled {
+                        conn,
+                        taken: Some(now),
+                    });
                 }
                 drop(conn);
                 g = self.lock();
@@ -128,145 +125,190 @@ impl Pool {
                 g.open += 1;
                 drop(g);
                 return match (self.connect)() {
-                    Ok(conn) => Ok(self.lease(conn, None)),
+                    Ok(conn) => Ok(Pooled { conn, taken: None }),
                     Err(e) => {
-                        self.lock().open -= 1;
-                        self.wake();
-                        Err(e.into_error(self.engine, None))
+                        self.forget();
+                        Err(e.into_error(ENGINE, None))
                     }
                 };
             }
             let now = Instant::now();
-            let deadline = *deadline.get_or_insert(now + self.acquire_timeout);
-            if now >= deadline {
-                return Err(DbError::new(
-                    DbErrorKind::Timeout,
-                    format!(
-                        "no database connection came free within {:?} (pool of {}; raise \
-                         pool_size or acquire_timeout)",
-                        self.acquire_timeout, self.size
-                    ),
-                )
-                .into_error(self.engine, None));
+            let start = *started.get_or_insert(now);
+            let waited = now.saturating_duration_since(start);
+            if waited >= self.lock_timeout {
+                return Err(Error::Busy {
+                    engine: self.engine,
+                    waited,
+                });
             }
             g.waiting += 1;
             g = self
                 .freed
-                .wait_timeout(g, deadline - now)
+                .wait_timeout(g, self.lock_timeout - waited)
                 .unwrap_or_else(PoisonError::into_inner)
                 .0;
             g.waiting -= 1;
         }
     }
 
-    fn lease(&self, conn: Box<dyn Conn>, taken: Option<Instant>) -> Lease<'_> {
-        Lease {
-            pool: self,
-            conn: Some(conn),
-            pinned: false,
-            taken,
+    /// Returns a connection to the idle stack, or closes it if it is broken.
+    pub fn give_back(&self, p: Pooled) {
+        if p.conn.broken() {
+            return self.discard(p);
         }
-    }
-
-    /// Whether the calling thread has a transaction open.
-    pub fn in_transaction(&self) -> bool {
-        let me = current_thread();
-        self.lock().pinned.iter().any(|p| p.thread == me)
-    }
-
-    /// Pins `lease` to the calling thread: its later calls get it back.
-    pub fn pin(&self, mut lease: Lease<'_>) {
-        let conn = lease.conn.take();
-        lease.pinned = true;
-        self.lock().pinned.push(Pinned {
-            thread: current_thread(),
-            conn,
-        });
-    }
-
-    /// Unpins the calling thread's connection and returns it as a plain lease,
-    /// or `None` when the thread has no transaction.
-    pub fn unpin(&self) -> Option<Lease<'_>> {
-        let me = current_thread();
+        let stamp = (!p.conn.in_process()).then(|| p.taken.unwrap_or_else(Instant::now));
         let mut g = self.lock();
-        let at = g.pinned.iter().position(|p| p.thread == me)?;
-        let p = g.pinned.swap_remove(at);
-        Some(Lease {
-            pool: self,
-            conn: p.conn,
-            pinned: false,
-            taken: None,
-        })
-    }
-
-    fn give_back(&self, conn: Box<dyn Conn>, pinned: bool, taken: Option<Instant>) {
-        let mut g = self.lock();
-        if pinned {
-            let me = current_thread();
-            if let Some(p) = g.pinned.iter_mut().find(|p| p.thread == me) {
-                p.conn = Some(conn);
-                return;
-            }
-        }
+        g.idle.push((p.conn, stamp));
         let wake = g.waiting > 0;
-        if conn.broken() {
-            g.open -= 1;
-            drop(g);
-            drop(conn);
-        } else {
-            let stamp = (!conn.in_process()).then(|| taken.unwrap_or_else(Instant::now));
-            g.idle.push((conn, stamp));
-            drop(g);
-        }
+        drop(g);
         if wake {
             self.freed.notify_one();
         }
     }
 
-    fn forget(&self) {
-        self.lock().open -= 1;
-        self.wake();
+    /// Closes a connection whose state is unknown (a failed rollback), making
+    /// room for a new one.
+    pub fn discard(&self, p: Pooled) {
+        drop(p);
+        self.forget();
     }
 
-    fn wake(&self) {
-        if self.lock().waiting > 0 {
+    fn forget(&self) {
+        let mut g = self.lock();
+        g.open -= 1;
+        let wake = g.waiting > 0;
+        drop(g);
+        if wake {
             self.freed.notify_one();
         }
     }
 }
 
-/// A connection lent to one call; returned to the pool (or to its thread's
-/// transaction) when dropped.
+/// A connection lent to one call; returned to the pool when dropped.
 pub struct Lease<'p> {
     pool: &'p Pool,
-    conn: Option<Box<dyn Conn>>,
-    pinned: bool,
-    /// When it was handed out, if the clock was read then.
-    taken: Option<Instant>,
+    /// Always `Some` until dropped.
+    pooled: Option<Pooled>,
 }
 
 impl Lease<'_> {
     /// The connection.
     pub fn conn(&mut self) -> &mut dyn Conn {
-        self.conn
-            .as_deref_mut()
-            .expect("a lease holds its connection")
-    }
-
-    /// Whether it belongs to a transaction of the calling thread.
-    pub fn in_transaction(&self) -> bool {
-        self.pinned
+        &mut *self
+            .pooled
+            .as_mut()
+            .expect("a lease holds its connection until dropped")
+            .conn
     }
 }
 
 impl Drop for Lease<'_> {
     fn drop(&mut self) {
-        match self.conn.take() {
-            Some(conn) => self.pool.give_back(conn, self.pinned, self.taken),
-            // Unpinned with no connection: a transaction whose connection was
-            // taken (never happens), or a lease emptied by `pin`.
-            None if !self.pinned => self.pool.forget(),
-            None => {}
+        if let Some(p) = self.pooled.take() {
+            self.pool.give_back(p);
         }
+    }
+}
+
+#[cfg(test)]
+mod test {
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    use std::sync::Arc;
+
+    use burrow_core::{ErrorKind, ValueRef};
+
+    use super::*;
+    use crate::conn::{DbError, QueryError, RowFn};
+
+    /// A connection that answers nothing, counting how many are alive.
+    struct Dummy(Arc<AtomicUsize>);
+
+    impl Drop for Dummy {
+        fn drop(&mut self) {
+            self.0.fetch_sub(1, Ordering::Relaxed);
+        }
+    }
+
+    impl Conn for Dummy {
+        fn execute(&mut self, _: &str, _: &[ValueRef<'_>], _: bool) -> Result<u64, DbError> {
+            Ok(0)
+        }
+        fn query(
+            &mut self,
+            _: &str,
+            _: &[ValueRef<'_>],
+            _: bool,
+            _: &mut RowFn<'_>,
+        ) -> Result<(), QueryError> {
+            Ok(())
+        }
+        fn simple(&mut self, _: &str) -> Result<(), DbError> {
+            Ok(())
+        }
+        fn last_insert_id(&mut self) -> i64 {
+            0
+        }
+        fn broken(&self) -> bool {
+            false
+        }
+        fn ping(&mut self) -> bool {
+            true
+        }
+    }
+
+    fn pool(size: usize, timeout: Duration) -> (Pool, Arc<AtomicUsize>) {
+        let alive = Arc::new(AtomicUsize::new(0));
+        let a = alive.clone();
+        let connect: Connector = Box::new(move || {
+            a.fetch_add(1, Ordering::Relaxed);
+            Ok(Box::new(Dummy(a.clone())) as Box<dyn Conn>)
+        });
+        let p = Pool::new("test", connect, size, timeout, Duration::from_secs(30));
+        (p, alive)
+    }
+
+    #[test]
+    fn full_pool_is_busy_after_the_timeout_then_free_again() -> Result<()> {
+        let timeout = Duration::from_millis(50);
+        let (p, alive) = pool(1, timeout);
+        let held = p.take()?;
+        let start = Instant::now();
+        match p.acquire() {
+            Err(e @ Error::Busy { .. }) => assert_eq!(e.kind(), ErrorKind::Busy),
+            Err(e) => panic!("expected Busy, got {e}"),
+            Ok(_) => panic!("a second connection beyond the pool's size"),
+        }
+        assert!(start.elapsed() >= timeout);
+        p.give_back(held);
+        drop(p.acquire()?);
+        assert_eq!(
+            alive.load(Ordering::Relaxed),
+            1,
+            "the one connection reused"
+        );
+        Ok(())
+    }
+
+    #[test]
+    fn a_waiter_gets_the_connection_given_back() -> Result<()> {
+        let (p, _) = pool(1, Duration::from_secs(10));
+        let held = p.take()?;
+        std::thread::scope(|s| {
+            let waiter = s.spawn(|| p.acquire().map(drop));
+            std::thread::sleep(Duration::from_millis(20));
+            p.give_back(held);
+            waiter.join().expect("waiter panicked")
+        })
+    }
+
+    #[test]
+    fn a_discarded_connection_makes_room() -> Result<()> {
+        let (p, alive) = pool(1, Duration::from_millis(10));
+        let held = p.take()?;
+        p.discard(held);
+        assert_eq!(alive.load(Ordering::Relaxed), 0);
+        drop(p.acquire()?);
+        assert_eq!(alive.load(Ordering::Relaxed), 1);
+        Ok(())
     }
 }

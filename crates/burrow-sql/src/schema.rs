@@ -153,17 +153,13 @@ fn index_name(db_name: &str, column: &str, unique: bool) -> String {
 }
 
 /// Creates `table` with its indexes, or maps it onto the existing table and
-/// adds the columns it lacks; returns its statements. `in_tx`: the caller's
-/// transaction is open on `conn`.
-pub fn ensure(
-    conn: &mut dyn Conn,
-    opts: &SqlOptions,
-    table: &'static Table,
-    in_tx: bool,
-) -> Result<TableSql> {
+/// adds the columns it lacks; returns its statements. `conn` is outside any
+/// transaction (tables are set up on the engine, never inside a unit of work).
+pub fn ensure(conn: &mut dyn Conn, opts: &SqlOptions, table: &'static Table) -> Result<TableSql> {
     let d = opts.dialect;
     // PostgreSQL and SQLite run DDL inside a transaction: all or nothing.
-    let own_tx = !in_tx && d != Dialect::MySql;
+    // MySQL commits each DDL statement by itself anyway.
+    let own_tx = d != Dialect::MySql;
     if own_tx {
         let begin = if d == Dialect::Sqlite {
             "BEGIN IMMEDIATE"

@@ -9,12 +9,12 @@ mod common;
 use std::collections::HashSet;
 use std::sync::Arc;
 use std::thread;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use burrow_core::chrono::{DateTime, NaiveDate, Utc};
 use burrow_core::{
-    params, Batch, Client, Currency, Error, ErrorKind, Json, Model, Orm, Query, Record, Ref,
-    Storage, Value,
+    params, Batch, Client, Currency, EngineTx, Error, ErrorKind, Json, Model, Orm, Query, Record,
+    Ref, RowOps, Storage, Value,
 };
 use burrow_derive::Record;
 use burrow_sql::{DateTimeStorage, SqlEngine};
@@ -30,6 +30,8 @@ external!(
     batch_failures_reported_and_rest_applied,
     transactions_commit_rollback_nested,
     transaction_other_thread,
+    dropped_transaction_leaves_nothing_and_frees_its_connection,
+    full_pool_is_busy_after_the_lock_timeout,
     failure_inside_transaction_does_not_end_it,
     field_kinds_round_trip,
     datetimes_as_text_are_exact,
@@ -45,6 +47,17 @@ external!(
 
 fn client(db: &Db) -> Result<(Arc<SqlEngine>, Client), Box<dyn std::error::Error>> {
     let e = db.engine()?;
+    let c = Client::open(Model::new().with::<Sample>(), e.clone())?;
+    Ok((e, c))
+}
+
+/// A short lock timeout, for tests of waiting for a transaction.
+const SHORT_WAIT: Duration = Duration::from_millis(300);
+
+/// A client whose engine has one connection and a short lock timeout: a
+/// connection not handed back to the pool shows as a busy error.
+fn one_connection(db: &Db) -> Result<(Arc<SqlEngine>, Client), Box<dyn std::error::Error>> {
+    let e = Arc::new(db.builder().pool_size(1).lock_timeout(SHORT_WAIT).open()?);
     let c = Client::open(Model::new().with::<Sample>(), e.clone())?;
     Ok((e, c))
 }
@@ -202,7 +215,7 @@ fn batch_ids_in_order_and_grouped_writes(db: &Db) -> TestResult {
 }
 
 fn batch_rollback_on_error_leaves_nothing(db: &Db) -> TestResult {
-    let (_, c) = client(db)?;
+    let (_, c) = one_connection(db)?;
     seed(&c, "r", 3)?;
     let mut b = Batch::new().rollback_on_error(true);
     b.add_all((0..500).map(|i| Sample::new(&format!("new{i}"), i, "1")));
@@ -221,7 +234,10 @@ fn batch_rollback_on_error_leaves_nothing(db: &Db) -> TestResult {
         3,
         "nothing of the batch remains"
     );
-    assert!(!c.route(Sample::table())?.in_transaction());
+    // The batch's transaction gave its one connection back.
+    let tx = c.transaction()?;
+    assert_eq!(tx.count::<Sample>("", &[])?, 3);
+    tx.commit()?;
     Ok(())
 }
 
@@ -248,31 +264,56 @@ fn batch_failures_reported_and_rest_applied(db: &Db) -> TestResult {
 }
 
 fn transactions_commit_rollback_nested(db: &Db) -> TestResult {
-    let (e, c) = client(db)?;
+    let e = Arc::new(db.builder().lock_timeout(SHORT_WAIT).open()?);
+    let c = Client::open(Model::new().with::<Sample>(), e)?;
     {
         let tx = c.transaction()?;
         let mut a = Sample::new("tx-a", 1, "1");
         tx.add(&mut a)?;
-        assert!(e.in_transaction());
         assert_eq!(tx.count::<Sample>("", &[])?, 1);
-        assert_eq!(
-            c.transaction().map(|_| ()).map_err(|e| e.kind()),
-            Err(ErrorKind::BadInput),
-            "nested begin"
-        );
+        // A transaction cannot begin another (it has no `transaction`). A
+        // second one on the client waits for the only connection (SQLite)
+        // and gives up as busy, or stands apart from the first.
+        match c.transaction() {
+            Ok(second) => {
+                assert_ne!(db.backend, Backend::Sqlite, "a second transaction got in");
+                assert_eq!(second.count::<Sample>("", &[])?, 0, "saw uncommitted rows");
+            }
+            Err(e) => {
+                assert_eq!(db.backend, Backend::Sqlite, "{e}");
+                assert_eq!(e.kind(), ErrorKind::Busy, "{e}");
+            }
+        }
         let mut b = Batch::new();
         b.add_all((0..50).map(|i| Sample::new(&format!("tx-b{i}"), i, "1")));
         tx.send(&mut b)?;
         assert_eq!(tx.count::<Sample>("", &[])?, 51);
     }
-    assert!(!e.in_transaction());
     assert_eq!(c.count::<Sample>("", &[])?, 0, "dropped guard rolled back");
     let tx = c.transaction()?;
     let mut a = Sample::new("kept", 1, "1");
     tx.add(&mut a)?;
     tx.commit()?;
     assert_eq!(c.count::<Sample>("", &[])?, 1);
-    assert_eq!(e.commit().map_err(|e| e.kind()), Err(ErrorKind::BadInput));
+    let n = c.in_transaction(|tx| {
+        let mut b = Sample::new("closure", 2, "2");
+        tx.add(&mut b)?;
+        tx.count::<Sample>("", &[])
+    })?;
+    assert_eq!(n, 2);
+    assert_eq!(
+        c.in_transaction(|tx| -> burrow_core::Result<()> {
+            tx.add(&mut Sample::new("undone", 3, "3"))?;
+            Err(Error::BadInput("the closure fails".into()))
+        })
+        .map_err(|e| e.kind()),
+        Err(ErrorKind::BadInput)
+    );
+    assert_eq!(
+        c.count::<Sample>("", &[])?,
+        2,
+        "a failed closure rolled back"
+    );
     Ok(())
 }
 
@@ -305,6 +346,95 @@ fn transaction_other_thread(db: &Db) -> TestResult {
         Ok(())
     })?;
     assert_eq!(c.count::<Sample>("", &[])?, 3);
+    Ok(())
+}
+
+fn dropped_transaction_leaves_nothing_and_frees_its_connection(db: &Db) -> TestResult {
+    let (e, c) = one_connection(db)?;
+    let table = Sample::table();
+    let insert = match db.backend {
+        Backend::Postgres => "INSERT INTO \"Sample\" (\"Name\", \"LastName\", \"Amount\", \"Age\", \"Born\", \"CreatedAt\", \"Changed\") \
+                              VALUES ($1, '', 0, 0, '2000-01-01', now(), now())",
+        Backend::MariaDb => "INSERT INTO Sample (Name, LastName, Amount, Age, Born, CreatedAt, Changed) \
+                             VALUES (?, '', 0, 0, '2000-01-01', now(), now())",
+        Backend::Sqlite => "INSERT INTO Sample (Name, LastName, Amount, Age, Born, CreatedAt, Changed) \
+                            VALUES (?, '', 0, 0, '2000-01-01', '', '')",
+    };
+    // Through the engine's own handle: row calls and statements of one's own.
+    {
+        let tx = e.transaction()?;
+        tx.insert(table, None, &Sample::new("dropped-a", 1, "1"))?;
+        assert_eq!(tx.execute(insert, &[Value::from("dropped-b")])?, 1);
+        assert_eq!(tx.count(table, &burrow_core::Filter::default())?, 2);
+        // A row callback that calls back into its transaction is refused,
+        // not deadlocked.
+        let mut inner = None;
+        tx.query("SELECT 1", &[], &mut |_| {
+            inner = Some(tx.count(table, &burrow_core::Filter::default()));
+            Ok(())
+        })?;
+        match inner {
+            Some(Err(e)) => assert_eq!(e.kind(), ErrorKind::BadInput, "{e}"),
+            other => return Err(format!("expected a refusal, got {other:?}").into()),
+        }
+    }
+    // Through the trait: the handle a client's transaction holds.
+    {
+        let tx: Box<dyn EngineTx> = e.clone().begin()?;
+        tx.insert(table, None, &Sample::new("dropped-c", 1, "1"))?;
+    }
+    // Nothing is left, and the one connection is back: these calls would be
+    // busy otherwise.
+    let start = Instant::now();
+    assert_eq!(
+        c.count::<Sample>("", &[])?,
+        0,
+        "a dropped transaction left rows"
+    );
+    assert!(start.elapsed() < SHORT_WAIT, "waited for a connection");
+    // A committed handle keeps its writes and frees its connection too.
+    let tx = e.transaction()?;
+    tx.execute(insert, &[Value::from("kept")])?;
+    tx.commit()?;
+    assert_eq!(c.count::<Sample>("Name = ?", &params!["kept"])?, 1);
+    let tx = e.transaction()?;
+    tx.execute(insert, &[Value::from("rolled-back")])?;
+    tx.rollback()?;
+    assert_eq!(c.count::<Sample>("", &[])?, 1);
+    Ok(())
+}
+
+fn full_pool_is_busy_after_the_lock_timeout(db: &Db) -> TestResult {
+    let (e, c) = one_connection(db)?;
+    let tx = c.transaction()?;
+    tx.add(&mut Sample::new("held", 1, "1"))?;
+    // The engine's one connection is the transaction's: an engine call, here
+    // from the same thread, waits for it the lock timeout, then fails.
+    for attempt in [
+        c.count::<Sample>("", &[]).map(drop),
+        c.add(&mut Sample::new("waits", 2, "2")).map(drop),
+        e.clone().begin().map(drop),
+    ] {
+        match attempt {
+            Err(err @ Error::Busy { .. }) => {
+                assert_eq!(err.kind(), ErrorKind::Busy);
+                assert!(err.to_string().contains("busy"), "{err}");
+            }
+            other => return Err(format!("expected a busy error, got {other:?}").into()),
+        }
+    }
+    let start = Instant::now();
+    let err = c.count::<Sample>("", &[]).expect_err("busy");
+    let waited = start.elapsed();
+    assert_eq!(err.kind(), ErrorKind::Busy);
+    assert!(
+        waited >= SHORT_WAIT && waited < SHORT_WAIT * 10,
+        "waited {waited:?} for a lock timeout of {SHORT_WAIT:?}"
+    );
+    // The transaction was not disturbed, and once it ends the engine is free.
+    assert_eq!(tx.count::<Sample>("", &[])?, 1);
+    tx.commit()?;
+    assert_eq!(c.count::<Sample>("", &[])?, 1);
     Ok(())
 }
 
@@ -429,7 +559,7 @@ fn datetimes_as_text_are_exact(db: &Db) -> TestResult {
     // Native storage keeps microseconds (floored).
     if db.backend != Backend::Sqlite {
         let (_, c2) = {
-            let db2 = Db::fresh(db.backend, "native_us")?.ok_or("no db")?;
+            let db2 = Db::fresh(db.backend, "native_us")?;
             let e = db2.engine()?;
             let c = Client::open(Model::new().with::<Sample>(), e.clone())?;
             let mut s = Sample::new("micro", 1, "1");
@@ -834,8 +964,16 @@ fn killed_connection_mid_batch(db: &Db) -> TestResult {
     if db.backend == Backend::Sqlite {
         return Ok(()); // No server to drop the connection.
     }
-    let e = Arc::new(db.builder().bulk_rows(200).open()?);
-    let c = Client::open(Model::new().with::<Sample>(), e.clone())?;
+    // One connection: the calls after the kill work only if the batch's dead
+    // connection left the pool and made room for a new one.
+    let e = Arc::new(
+        db.builder()
+            .bulk_rows(200)
+            .pool_size(1)
+            .lock_timeout(Duration::from_secs(2))
+            .open()?,
+    );
+    let c = Client::open(Model::new().with::<Sample>(), e)?;
     seed(&c, "k", 5)?;
     let mut killed = 0;
     let mut outcome = None;
@@ -877,7 +1015,6 @@ fn killed_connection_mid_batch(db: &Db) -> TestResult {
             assert!(text.contains("connection"), "unclear error: {text}");
         }
     }
-    assert!(!e.in_transaction());
     // Consistent: nothing of the rolled-back batch; and the next call works.
     assert_eq!(c.count::<Sample>("", &[])?, 5);
     let mut after = Sample::new("after-kill", 1, "1");

@@ -9,8 +9,10 @@
 //!
 //! One connection behind a mutex. Every call locks it for the duration of one
 //! statement (or one batch run), so calls from many threads are safe and each is
-//! atomic. A transaction belongs to the thread that began it: until it ends,
-//! that thread's calls run inside it and other threads' calls wait. SQLite
+//! atomic. A transaction is a value, [`SqliteTx`], handed out by
+//! [`Storage::begin`]: calls made through it run inside it, from any thread;
+//! calls made on the engine while it is open wait for it to end, at most the
+//! [`SqliteOptions::busy_timeout`] ([`burrow_core::Error::Busy`]). SQLite
 //! serialises writers anyway, and an in-process call takes about a microsecond,
 //! so the lock is held only briefly; the cost of this model is that reads from
 //! several threads do not run in parallel. The benchmark measures it (its
@@ -35,13 +37,13 @@ mod sql;
 mod vtab;
 
 use std::sync::{Arc, Condvar, Mutex, MutexGuard, PoisonError};
-use std::thread::{self, ThreadId};
 
 use burrow_core::chrono::{DateTime, Utc};
 use burrow_core::datetime::{write_date, write_datetime, DATETIME_BUF};
+use burrow_core::driver::{apply_each, next_tx_token};
 use burrow_core::{
-    BatchItem, BatchOp, BatchResult, Column, Error, FieldKind, Fields, Filter, Result, Row, Select,
-    Storage, Table, Value, ValueRef,
+    BatchItem, BatchOp, BatchResult, Caps, Column, EngineTx, Error, FieldKind, Fields, Filter,
+    Result, Row, RowOps, Select, SqlHost, Storage, Table, Value, ValueRef,
 };
 use rusqlite::types::{ToSqlOutput, ValueRef as SqlValue};
 use rusqlite::{Connection, Statement};
@@ -72,8 +74,8 @@ struct Inner {
     tables: Vec<TableSql>,
     /// Boxed so that the kept statements' pointer to it stays valid.
     conn: Box<Connection>,
-    /// The thread whose transaction is open.
-    owner: Option<ThreadId>,
+    /// The token of the open transaction ([`SqliteTx`]), if any.
+    owner: Option<u64>,
     /// The last date-time written as text: a record's creation and modification
     /// times, and every row of a batch, share one instant.
     last_time: TimeText,
@@ -180,37 +182,43 @@ impl SqliteEngine {
         rusqlite::version()
     }
 
-    /// Runs `f` on the connection, under the engine's lock (and inside the
-    /// calling thread's transaction, if one is open): for SQL the ORM does not
-    /// speak, such as reports and maintenance. Bind values; never splice them.
+    /// Runs `f` on the connection, under the engine's lock, outside any
+    /// transaction (it waits for an open one, as every engine call does): for
+    /// SQL the ORM does not speak, such as reports and maintenance. Bind
+    /// values; never splice them. [`SqliteTx::with_connection`] runs inside
+    /// a transaction.
     pub fn with_connection<R>(
         &self,
         f: impl FnOnce(&Connection) -> rusqlite::Result<R>,
     ) -> Result<R> {
-        f(&self.lock().conn).map_err(eng)
+        f(&self.lock(None)?.conn).map_err(eng)
     }
 
-    /// Locks the connection, first waiting for another thread's transaction.
-    fn lock(&self) -> MutexGuard<'_, Inner> {
-        let mut g = self.inner.lock().unwrap_or_else(PoisonError::into_inner);
-        if g.owner.is_some() {
-            let me = current_thread();
-            while g.owner.is_some_and(|o| o != me) {
-                g = self
+    /// Locks the connection for a call of transaction `tx`, or, for `None`,
+    /// for a call of its own once no transaction is open (waiting for one at
+    /// most the busy timeout).
+    fn lock(&self, tx: Option<u64>) -> Result<MutexGuard<'_, Inner>> {
+        let g = self.inner.lock().unwrap_or_else(PoisonError::into_inner);
+        match (tx, g.owner) {
+            (None, None) => Ok(g),
+            (Some(t), Some(o)) if t == o => Ok(g),
+            (Some(_), _) => Err(Error::Transaction("the transaction has ended")),
+            (None, Some(_)) => {
+                let waited = self.options.busy_timeout;
+                let (g, timeout) = self
                     .tx_ended
-                    .wait(g)
+                    .wait_timeout_while(g, waited, |g| g.owner.is_some())
                     .unwrap_or_else(PoisonError::into_inner);
+                if timeout.timed_out() && g.owner.is_some() {
+                    return Err(Error::Busy {
+                        engine: ENGINE,
+                        waited,
+                    });
+                }
+                Ok(g)
             }
         }
-        g
     }
-}
-
-/// The calling thread's ID, read once per thread (`thread::current()` clones
-/// an `Arc` on every call, and transactions ask on every statement).
-fn current_thread() -> ThreadId {
-    thread_local!(static ID: ThreadId = thread::current().id());
-    ID.with(|id| *id)
 }
 
 fn eng(e: rusqlite::Error) -> Error {
@@ -472,18 +480,16 @@ impl Inner {
                 continue;
             }
             // The failed statement left nothing behind; find the culprit row by row.
-            for (k, item) in chunk.iter().enumerate() {
-                match apply_one_locked(self, item) {
-                    Ok(r) => results.push(r),
-                    Err(e) if stop_on_error => {
-                        return Err(Error::Batch {
-                            index: base + c * per + k,
-                            source: Box::new(e),
-                        })
-                    }
-                    Err(e) => results.push(BatchResult::Failed(Box::new(e))),
-                }
-            }
+            apply_each(chunk, results, stop_on_error, |_, item| {
+                apply_one_locked(self, item)
+            })
+            .map_err(|e| match e {
+                Error::Batch { index, source } => Error::Batch {
+                    index: base + c * per + index,
+                    source,
+                },
+                other => other,
+            })?;
         }
         Ok(())
     }
@@ -602,29 +608,17 @@ fn apply_one_locked(inner: &mut Inner, item: &BatchItem<'_>) -> Result<BatchResu
     })
 }
 
-impl Storage for SqliteEngine {
-    fn engine_name(&self) -> &'static str {
-        ENGINE
-    }
+/// The engine seen from one unit of work: its own calls (`tx` is `None`) or
+/// those of the transaction with token `tx`. The row calls are written once,
+/// here; the engine and its transaction handle forward to it.
+struct At<'a> {
+    engine: &'a SqliteEngine,
+    tx: Option<u64>,
+}
 
-    fn ensure_table(&self, table: &'static Table) -> Result<()> {
-        let mut g = self.lock();
-        schema::ensure(&g.conn, table)?;
-        if !g
-            .tables
-            .iter()
-            .any(|t| std::ptr::eq(t.table, table) || t.table == table)
-        {
-            let sql = TableSql::new(table);
-            let hot = Hot::prepare(&g.conn, &sql).map_err(eng)?;
-            g.hot.push(hot);
-            g.tables.push(sql);
-        }
-        Ok(())
-    }
-
+impl RowOps for At<'_> {
     fn insert(&self, table: &'static Table, id: Option<i64>, row: &dyn Fields) -> Result<i64> {
-        self.lock().insert(table, id, row)
+        self.engine.lock(self.tx)?.insert(table, id, row)
     }
 
     fn update(
@@ -633,15 +627,15 @@ impl Storage for SqliteEngine {
         row: &dyn Fields,
         fields: Option<&[usize]>,
     ) -> Result<bool> {
-        self.lock().update(table, row, fields)
+        self.engine.lock(self.tx)?.update(table, row, fields)
     }
 
     fn delete(&self, table: &'static Table, id: i64) -> Result<bool> {
-        self.lock().delete(table, id)
+        self.engine.lock(self.tx)?.delete(table, id)
     }
 
     fn delete_where(&self, table: &'static Table, filter: &Filter) -> Result<u64> {
-        let mut g = self.lock();
+        let mut g = self.engine.lock(self.tx)?;
         g.table(table)?;
         let mut s = String::from("DELETE FROM ");
         sql::quote(&mut s, table.name);
@@ -660,7 +654,7 @@ impl Storage for SqliteEngine {
         id: i64,
         out: &mut dyn FnMut(&dyn Row) -> Result<()>,
     ) -> Result<bool> {
-        let mut g = self.lock();
+        let mut g = self.engine.lock(self.tx)?;
         let t = g.table(table)?;
         let Inner { hot, last_time, .. } = &mut *g;
         let stmt = &mut hot[t].select_by_id;
@@ -681,7 +675,7 @@ impl Storage for SqliteEngine {
         select: &Select,
         out: &mut dyn FnMut(&dyn Row) -> Result<()>,
     ) -> Result<()> {
-        let mut g = self.lock();
+        let mut g = self.engine.lock(self.tx)?;
         let t = g.table(table)?;
         let (sql, paged) = g.tables[t].select_sql(None, select);
         let page = paged.then_some((select.limit, select.offset));
@@ -691,7 +685,7 @@ impl Storage for SqliteEngine {
     }
 
     fn count(&self, table: &'static Table, filter: &Filter) -> Result<u64> {
-        let mut g = self.lock();
+        let mut g = self.engine.lock(self.tx)?;
         g.table(table)?;
         let mut s = String::from("SELECT count(*) FROM ");
         sql::quote(&mut s, table.name);
@@ -710,7 +704,7 @@ impl Storage for SqliteEngine {
         column: Column,
         select: &Select,
     ) -> Result<Option<Value>> {
-        let mut g = self.lock();
+        let mut g = self.engine.lock(self.tx)?;
         let t = g.table(table)?;
         let (sql, paged) = g.tables[t].select_sql(Some(column), select);
         let page = paged.then_some((select.limit, select.offset));
@@ -734,7 +728,7 @@ impl Storage for SqliteEngine {
         results: &mut Vec<BatchResult>,
         stop_on_error: bool,
     ) -> Result<()> {
-        let mut g = self.lock();
+        let mut g = self.engine.lock(self.tx)?;
         let mut i = 0;
         while i < items.len() {
             let bulk = |it: &BatchItem<'_>| matches!(it.op, BatchOp::Add { id: None, .. });
@@ -764,28 +758,9 @@ impl Storage for SqliteEngine {
         }
         Ok(())
     }
+}
 
-    fn expose(&self, table: &'static Table, engine: Arc<dyn Storage>) -> Result<bool> {
-        if std::ptr::addr_eq(Arc::as_ptr(&engine), self as *const Self) {
-            return Ok(false);
-        }
-        let g = self.lock();
-        if g.tables
-            .iter()
-            .any(|t| t.table.name.eq_ignore_ascii_case(table.name))
-        {
-            return Err(Error::Schema(format!(
-                "table {} is held by this SQLite engine and cannot also be exposed from another",
-                table.name
-            )));
-        }
-        self.exposed.add(table, engine);
-        g.conn
-            .execute_batch(&vtab::create_sql(table))
-            .map_err(eng)?;
-        Ok(true)
-    }
-
+impl SqlHost for At<'_> {
     fn sql_select(
         &self,
         table: &'static Table,
@@ -793,7 +768,7 @@ impl Storage for SqliteEngine {
         params: &[Value],
         out: &mut dyn FnMut(&dyn Row) -> Result<()>,
     ) -> Result<()> {
-        let mut g = self.lock();
+        let mut g = self.engine.lock(self.tx)?;
         let Inner {
             conn, last_time, ..
         } = &mut *g;
@@ -802,7 +777,7 @@ impl Storage for SqliteEngine {
             .map_err(|e| Error::BadInput(format!("SQL refused: {e}")))?;
         if !stmt.readonly() {
             return Err(Error::BadInput(
-                "sql_select runs read-only statements only".into(),
+                "sql_list runs read-only statements (SELECT) only".into(),
             ));
         }
         if stmt.parameter_count() != params.len() {
@@ -841,38 +816,26 @@ impl Storage for SqliteEngine {
         Ok(())
     }
 
-    fn begin(&self) -> Result<()> {
-        let mut g = self.lock();
-        if g.owner.is_some() {
-            return Err(Error::Transaction(
-                "a transaction is already open on this thread; nested transactions are not supported",
+    fn expose(&self, table: &'static Table, engine: Arc<dyn Storage>) -> Result<()> {
+        if self.tx.is_some() {
+            return Err(Error::Unsupported(
+                "tables of other engines are shown to the engine's SQL, not inside a transaction"
+                    .into(),
             ));
         }
-        g.conn.execute_batch("BEGIN IMMEDIATE").map_err(eng)?;
-        g.owner = Some(current_thread());
-        Ok(())
-    }
-
-    fn commit(&self) -> Result<()> {
-        self.end("COMMIT")
-    }
-
-    fn rollback(&self) -> Result<()> {
-        self.end("ROLLBACK")
-    }
-
-    fn in_transaction(&self) -> bool {
-        let g = self.inner.lock().unwrap_or_else(PoisonError::into_inner);
-        g.owner == Some(current_thread())
+        self.engine.expose_table(table, engine)
     }
 }
 
 impl SqliteEngine {
-    fn end(&self, verb: &str) -> Result<()> {
-        let mut g = self.lock();
-        if g.owner != Some(current_thread()) {
-            return Err(Error::Transaction("no transaction is open on this thread"));
-        }
+    fn at(&self, tx: Option<u64>) -> At<'_> {
+        At { engine: self, tx }
+    }
+
+    /// Ends transaction `token` with `verb` (`COMMIT` or `ROLLBACK`) and
+    /// wakes the callers waiting for it.
+    fn end(&self, token: u64, verb: &str) -> Result<()> {
+        let mut g = self.lock(Some(token))?;
         let r = g.conn.execute_batch(verb).map_err(eng);
         if r.is_err() && !g.conn.is_autocommit() {
             // A failed COMMIT leaves the transaction open: end it so that the
@@ -883,5 +846,148 @@ impl SqliteEngine {
         drop(g);
         self.tx_ended.notify_all();
         r
+    }
+}
+
+burrow_core::forward_row_ops!(SqliteEngine, |e| e.at(None));
+burrow_core::forward_row_ops!(SqliteTx, |t| t.engine.at(Some(t.token)));
+
+impl SqlHost for SqliteEngine {
+    fn sql_select(
+        &self,
+        table: &'static Table,
+        sql: &str,
+        params: &[Value],
+        out: &mut dyn FnMut(&dyn Row) -> Result<()>,
+    ) -> Result<()> {
+        self.at(None).sql_select(table, sql, params, out)
+    }
+
+    fn expose(&self, table: &'static Table, engine: Arc<dyn Storage>) -> Result<()> {
+        self.expose_table(table, engine)
+    }
+}
+
+impl SqlHost for SqliteTx {
+    fn sql_select(
+        &self,
+        table: &'static Table,
+        sql: &str,
+        params: &[Value],
+        out: &mut dyn FnMut(&dyn Row) -> Result<()>,
+    ) -> Result<()> {
+        self.engine
+            .at(Some(self.token))
+            .sql_select(table, sql, params, out)
+    }
+}
+
+impl SqliteEngine {
+    fn expose_table(&self, table: &'static Table, engine: Arc<dyn Storage>) -> Result<()> {
+        if std::ptr::addr_eq(Arc::as_ptr(&engine), self as *const Self) {
+            return Ok(());
+        }
+        let g = self.lock(None)?;
+        if g.tables
+            .iter()
+            .any(|t| t.table.name.eq_ignore_ascii_case(table.name))
+        {
+            return Err(Error::Schema(format!(
+                "table {} is held by this SQLite engine and cannot also be exposed from another",
+                table.name
+            )));
+        }
+        self.exposed.add(table, engine);
+        g.conn
+            .execute_batch(&vtab::create_sql(table))
+            .map_err(eng)?;
+        Ok(())
+    }
+}
+
+impl Storage for SqliteEngine {
+    fn caps(&self) -> Caps {
+        Caps::in_process(ENGINE)
+    }
+
+    fn ensure_table(&self, table: &'static Table) -> Result<()> {
+        let mut g = self.lock(None)?;
+        schema::ensure(&g.conn, table)?;
+        if !g
+            .tables
+            .iter()
+            .any(|t| std::ptr::eq(t.table, table) || t.table == table)
+        {
+            let sql = TableSql::new(table);
+            let hot = Hot::prepare(&g.conn, &sql).map_err(eng)?;
+            g.hot.push(hot);
+            g.tables.push(sql);
+        }
+        Ok(())
+    }
+
+    fn begin(self: Arc<Self>) -> Result<Box<dyn EngineTx>> {
+        let token = next_tx_token();
+        {
+            let mut g = self.lock(None)?;
+            g.conn.execute_batch("BEGIN IMMEDIATE").map_err(eng)?;
+            g.owner = Some(token);
+        }
+        Ok(Box::new(SqliteTx {
+            engine: self,
+            token,
+            open: true,
+        }))
+    }
+
+    fn sql_host(&self) -> Option<&dyn SqlHost> {
+        Some(self)
+    }
+}
+
+/// An open transaction of a [`SqliteEngine`]: the engine's other callers wait
+/// until it is committed, rolled back or dropped (which rolls back).
+pub struct SqliteTx {
+    engine: Arc<SqliteEngine>,
+    token: u64,
+    /// Still to be ended (by drop, if not by commit or rollback).
+    open: bool,
+}
+
+impl SqliteTx {
+    /// Runs `f` on the connection inside this transaction: for SQL the ORM
+    /// does not speak. Bind values; never splice them.
+    pub fn with_connection<R>(
+        &self,
+        f: impl FnOnce(&Connection) -> rusqlite::Result<R>,
+    ) -> Result<R> {
+        f(&self.engine.lock(Some(self.token))?.conn).map_err(eng)
+    }
+
+    fn end(&mut self, verb: &str) -> Result<()> {
+        self.open = false;
+        self.engine.end(self.token, verb)
+    }
+}
+
+impl EngineTx for SqliteTx {
+    fn commit(mut self: Box<Self>) -> Result<()> {
+        self.end("COMMIT")
+    }
+
+    fn rollback(mut self: Box<Self>) -> Result<()> {
+        self.end("ROLLBACK")
+    }
+
+    fn sql_host(&self) -> Option<&dyn SqlHost> {
+        Some(self)
+    }
+}
+
+impl Drop for SqliteTx {
+    fn drop(&mut self) {
+        if self.open {
+            let _ = self.engine.end(self.token, "ROLLBACK");
+        }
     }
 }

@@ -99,8 +99,9 @@ impl SqliteOptions {
         self
     }
 
-    /// How long a statement waits for another process's lock before failing
-    /// with "database is locked" (default 5 s).
+    /// How long a call waits for a lock before failing: another process's
+    /// lock on the file ("database is locked"), or another transaction of
+    /// this engine ([`burrow_core::Error::Busy`]). Default 5 s.
     pub fn busy_timeout(mut self, t: Duration) -> Self {
         self.busy_timeout = t;
         self

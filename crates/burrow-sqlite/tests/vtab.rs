@@ -2,7 +2,7 @@
 
 use std::sync::Arc;
 
-use burrow_core::{params, Client, Currency, Model, Orm, Record, Storage};
+use burrow_core::{params, Client, Currency, Model, Orm, Record, RowOps};
 use burrow_derive::Record;
 use burrow_sqlite::SqliteEngine;
 

@@ -55,6 +55,47 @@ fn unauthenticated_requests_get_401_and_no_data() -> TestResult {
 }
 
 #[test]
+fn credentials_are_checked_before_the_body_is_read() -> TestResult {
+    let (server, hosted) = server_with(|b| b.auth(auth()));
+    let addr = server.local_addr();
+    // A large body announced without credentials: refused from the head,
+    // without waiting for (or holding) the body.
+    let mut c = RawConn::open(addr);
+    let t = std::time::Instant::now();
+    c.send(
+        b"PUT /root/Batch HTTP/1.1\r\nContent-Length: 60000000\r\nExpect: 100-continue\r\n\r\n[",
+    );
+    let r = c.read().expect("an answer");
+    assert_error(&r, 401);
+    assert!(t.elapsed() < std::time::Duration::from_secs(5));
+    assert!(c.read().is_none(), "closed rather than read the body");
+    // Two Authorization headers: which one counts is not guessed.
+    let r = raw(
+        addr,
+        "GET",
+        "/root/Sample",
+        "Authorization: Bearer tok-ann\r\nAuthorization: Bearer wrong\r\n",
+        b"",
+    );
+    assert_error(&r, 400);
+    // With valid credentials, 100 Continue and then the body.
+    let mut c = RawConn::open(addr);
+    let body = br#"{"FirstName":"x","Email":"x@x"}"#;
+    c.send(
+        format!(
+            "POST /root/Sample HTTP/1.1\r\nAuthorization: Bearer tok-ann\r\nExpect: 100-continue\r\nContent-Length: {}\r\n\r\n",
+            body.len()
+        )
+        .as_bytes(),
+    );
+    assert_eq!(c.read().map(|r| r.status), Some(100));
+    c.send(body);
+    assert_eq!(c.read().map(|r| r.status), Some(201));
+    assert_eq!(hosted.count::<Sample>("", &[])?, 1);
+    Ok(())
+}
+
+#[test]
 fn bearer_tokens_and_rights() -> TestResult {
     let (server, hosted) = server_with(|b| b.auth(auth()));
     hosted.add(&mut sample(1))?;

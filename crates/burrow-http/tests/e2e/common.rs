@@ -244,6 +244,6 @@ pub fn assert_error(r: &Raw, status: u16) {
     assert!(v["errorText"].is_string(), "{}", r.text());
 }
 
-pub fn count(c: &Client) -> u64 {
+pub fn count(c: &impl Orm) -> u64 {
     c.count::<Sample>("", &[]).expect("count")
 }

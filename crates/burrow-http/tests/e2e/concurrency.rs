@@ -1,11 +1,16 @@
 //! Many clients at once: no lost update, and a slow engine does not stall the
 //! event loop.
 
-use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering::SeqCst};
+use std::sync::{mpsc, Arc, Condvar, Mutex};
 use std::time::{Duration, Instant};
 
-use burrow_core::{Batch, Client, Orm, Storage};
-use burrow_http::Server;
+use burrow_core::{
+    Batch, Caps, Client, Column, EngineTx, ErrorKind, Fields, Filter, Orm, Result, Row, RowOps,
+    Select, Storage, Table, Value,
+};
+use burrow_http::{RemoteEngine, Server};
+use burrow_sqlite::{SqliteEngine, SqliteOptions};
 
 use crate::common::*;
 
@@ -57,116 +62,135 @@ fn concurrent_clients_lose_no_update() -> TestResult {
     Ok(())
 }
 
-/// An engine whose retrieve blocks until released: stands for a slow
-/// network-bound engine.
-struct Slow {
+/// An engine in front of the tests' SQLite: it declares `caps`; its
+/// retrieve waits at `gate`, when it has one, until the gate opens (a slow
+/// network-bound engine); with `loose`, its transactions exclude nothing
+/// (an engine that locks rows rather than itself).
+struct Wrapped {
     inner: Arc<dyn Storage>,
-    gate: Arc<(std::sync::Mutex<bool>, std::sync::Condvar)>,
-    /// Reads that reached the engine and wait at the gate.
-    waiting: Arc<std::sync::atomic::AtomicUsize>,
+    caps: Caps,
+    gate: Option<Gate>,
+    loose: bool,
 }
 
-impl Storage for Slow {
-    fn engine_name(&self) -> &'static str {
-        "slow"
-    }
-    fn ensure_table(&self, t: &'static burrow_core::Table) -> burrow_core::Result<()> {
-        self.inner.ensure_table(t)
-    }
-    fn insert(
-        &self,
-        t: &'static burrow_core::Table,
-        id: Option<i64>,
-        row: &dyn burrow_core::Fields,
-    ) -> burrow_core::Result<i64> {
-        self.inner.insert(t, id, row)
-    }
-    fn update(
-        &self,
-        t: &'static burrow_core::Table,
-        row: &dyn burrow_core::Fields,
-        f: Option<&[usize]>,
-    ) -> burrow_core::Result<bool> {
-        self.inner.update(t, row, f)
-    }
-    fn delete(&self, t: &'static burrow_core::Table, id: i64) -> burrow_core::Result<bool> {
-        self.inner.delete(t, id)
-    }
-    fn delete_where(
-        &self,
-        t: &'static burrow_core::Table,
-        f: &burrow_core::Filter,
-    ) -> burrow_core::Result<u64> {
-        self.inner.delete_where(t, f)
-    }
-    fn retrieve(
-        &self,
-        t: &'static burrow_core::Table,
-        id: i64,
-        out: &mut dyn FnMut(&dyn burrow_core::Row) -> burrow_core::Result<()>,
-    ) -> burrow_core::Result<bool> {
-        let (lock, cv) = &*self.gate;
-        let mut open = lock
+/// A gate, open once its flag is set.
+type Gate = Arc<(Mutex<bool>, Condvar)>;
+
+/// Implements [`RowOps`] for `$ty` by calling the same on `self.$to`.
+macro_rules! forward_row_ops {
+    ($ty:ty, $to:ident, |$s:ident, $t:ident, $id:ident, $out:ident| $retrieve:expr) => {
+        impl RowOps for $ty {
+            fn insert(&self, t: &'static Table, id: Option<i64>, row: &dyn Fields) -> Result<i64> {
+                self.$to.insert(t, id, row)
+            }
+            fn update(
+                &self,
+                t: &'static Table,
+                row: &dyn Fields,
+                f: Option<&[usize]>,
+            ) -> Result<bool> {
+                self.$to.update(t, row, f)
+            }
+            fn delete(&self, t: &'static Table, id: i64) -> Result<bool> {
+                self.$to.delete(t, id)
+            }
+            fn delete_where(&self, t: &'static Table, f: &Filter) -> Result<u64> {
+                self.$to.delete_where(t, f)
+            }
+            fn retrieve(
+                &self,
+                $t: &'static Table,
+                $id: i64,
+                $out: &mut dyn FnMut(&dyn Row) -> Result<()>,
+            ) -> Result<bool> {
+                let $s = self;
+                $retrieve
+            }
+            fn select(
+                &self,
+                t: &'static Table,
+                s: &Select,
+                out: &mut dyn FnMut(&dyn Row) -> Result<()>,
+            ) -> Result<()> {
+                self.$to.select(t, s, out)
+            }
+            fn count(&self, t: &'static Table, f: &Filter) -> Result<u64> {
+                self.$to.count(t, f)
+            }
+            fn select_value(
+                &self,
+                t: &'static Table,
+                c: Column,
+                s: &Select,
+            ) -> Result<Option<Value>> {
+                self.$to.select_value(t, c, s)
+            }
+        }
+    };
+}
+
+forward_row_ops!(Wrapped, inner, |w, t, id, out| {
+    if let Some(gate) = &w.gate {
+        let (lock, cv) = &**gate;
+        let open = lock
             .lock()
             .map_err(|_| burrow_core::Error::BadInput("poisoned".into()))?;
-        self.waiting
-            .fetch_add(1, std::sync::atomic::Ordering::SeqCst);
-        let deadline = Instant::now() + Duration::from_secs(10);
-        while !*open && Instant::now() < deadline {
-            open = cv
-                .wait_timeout(open, Duration::from_millis(50))
-                .map_err(|_| burrow_core::Error::BadInput("poisoned".into()))?
-                .0;
+        WAITING.fetch_add(1, SeqCst);
+        // Bounded: a test that fails must not hang.
+        let _open = cv
+            .wait_timeout_while(open, Duration::from_secs(10), |open| !*open)
+            .map_err(|_| burrow_core::Error::BadInput("poisoned".into()))?;
+    }
+    w.inner.retrieve(t, id, out)
+});
+
+/// Retrieves that reached a gated [`Wrapped`] engine (one test uses one).
+static WAITING: AtomicUsize = AtomicUsize::new(0);
+
+impl Storage for Wrapped {
+    fn caps(&self) -> Caps {
+        self.caps
+    }
+    fn ensure_table(&self, t: &'static Table) -> Result<()> {
+        self.inner.ensure_table(t)
+    }
+    fn begin(self: Arc<Self>) -> Result<Box<dyn EngineTx>> {
+        if self.loose {
+            Ok(Box::new(LooseTx { engine: self }))
+        } else {
+            self.inner.clone().begin()
         }
-        drop(open);
-        self.inner.retrieve(t, id, out)
     }
-    fn select(
-        &self,
-        t: &'static burrow_core::Table,
-        s: &burrow_core::Select,
-        out: &mut dyn FnMut(&dyn burrow_core::Row) -> burrow_core::Result<()>,
-    ) -> burrow_core::Result<()> {
-        self.inner.select(t, s, out)
+}
+
+/// A transaction of a loose [`Wrapped`] engine: its calls are the
+/// engine's, and nothing waits for it.
+struct LooseTx {
+    engine: Arc<Wrapped>,
+}
+
+forward_row_ops!(LooseTx, engine, |x, t, id, out| x
+    .engine
+    .retrieve(t, id, out));
+
+impl EngineTx for LooseTx {
+    fn commit(self: Box<Self>) -> Result<()> {
+        Ok(())
     }
-    fn count(
-        &self,
-        t: &'static burrow_core::Table,
-        f: &burrow_core::Filter,
-    ) -> burrow_core::Result<u64> {
-        self.inner.count(t, f)
-    }
-    fn select_value(
-        &self,
-        t: &'static burrow_core::Table,
-        c: burrow_core::Column,
-        s: &burrow_core::Select,
-    ) -> burrow_core::Result<Option<burrow_core::Value>> {
-        self.inner.select_value(t, c, s)
-    }
-    fn begin(&self) -> burrow_core::Result<()> {
-        self.inner.begin()
-    }
-    fn commit(&self) -> burrow_core::Result<()> {
-        self.inner.commit()
-    }
-    fn rollback(&self) -> burrow_core::Result<()> {
-        self.inner.rollback()
-    }
-    fn in_transaction(&self) -> bool {
-        self.inner.in_transaction()
+    fn rollback(self: Box<Self>) -> Result<()> {
+        Ok(())
     }
 }
 
 #[test]
 fn a_slow_engine_does_not_stall_the_event_loop_and_shutdown_is_graceful() -> TestResult {
     let (_, sqlite) = hosted();
-    let gate = Arc::new((std::sync::Mutex::new(false), std::sync::Condvar::new()));
-    let waiting = Arc::new(std::sync::atomic::AtomicUsize::new(0));
-    let slow = Arc::new(Slow {
+    let gate: Gate = Arc::new((Mutex::new(false), Condvar::new()));
+    let slow = Arc::new(Wrapped {
         inner: sqlite,
-        gate: gate.clone(),
-        waiting: waiting.clone(),
+        caps: Caps::network("slow"),
+        gate: Some(gate.clone()),
+        loose: false,
     });
     let client = Arc::new(Client::open(model(), slow)?);
     client.add(&mut sample(1))?;
@@ -187,10 +211,10 @@ fn a_slow_engine_does_not_stall_the_event_loop_and_shutdown_is_graceful() -> Tes
     // All four are in the engine (bounded wait): a count of connections
     // could include closed ones the server has not reaped yet.
     let deadline = Instant::now() + Duration::from_secs(10);
-    while waiting.load(std::sync::atomic::Ordering::SeqCst) < 4 && Instant::now() < deadline {
+    while WAITING.load(SeqCst) < 4 && Instant::now() < deadline {
         std::thread::sleep(Duration::from_millis(5));
     }
-    assert_eq!(waiting.load(std::sync::atomic::Ordering::SeqCst), 4);
+    assert_eq!(WAITING.load(SeqCst), 4);
     assert!(server.connections() >= 4);
     // A graceful shutdown lets the requests in flight finish.
     let stopper = std::thread::spawn(move || server.shutdown());
@@ -210,4 +234,134 @@ fn a_slow_engine_does_not_stall_the_event_loop_and_shutdown_is_graceful() -> Tes
 fn raw_fails(addr: std::net::SocketAddr) -> bool {
     let mut c = RawConn::open(addr);
     c.request("GET", "/root/timestamp", "", b"").is_none()
+}
+
+/// Threads of this process.
+fn threads() -> usize {
+    std::fs::read_dir("/proc/self/task").map_or(0, |d| d.count())
+}
+
+#[test]
+fn open_remote_transactions_take_no_thread_each() -> TestResult {
+    // Threads are counted per process, and tests run side by side: the count
+    // runs in a process of its own, with this test alone.
+    const CHILD: &str = "BURROW_HTTP_COUNT_THREADS";
+    if std::env::var_os(CHILD).is_none() {
+        let out = std::process::Command::new(std::env::current_exe()?)
+            .args([
+                "--exact",
+                "concurrency::open_remote_transactions_take_no_thread_each",
+                "--test-threads=1",
+            ])
+            .env(CHILD, "1")
+            .output()?;
+        let stdout = String::from_utf8_lossy(&out.stdout);
+        assert!(
+            out.status.success() && stdout.contains("1 passed"),
+            "{stdout}{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        return Ok(());
+    }
+    let (_, sqlite) = hosted();
+    let loose = Arc::new(Wrapped {
+        inner: sqlite,
+        caps: Caps::in_process("loose"),
+        gate: None,
+        loose: true,
+    });
+    let hosted = Arc::new(Client::open(model(), loose)?);
+    let server = Server::builder(hosted.clone(), "root")
+        .no_auth()
+        .bind("127.0.0.1:0")?;
+    let db = remote(&server);
+    // Once, so that the server's pool has a thread for what follows.
+    db.in_transaction(|tx| tx.add(&mut sample(0)))?;
+    let before = threads();
+    const TXS: usize = 20;
+    // Open at once, each on a connection of its own, and each writing.
+    let txs = (1..=TXS)
+        .map(|i| {
+            let tx = db.transaction()?;
+            tx.add(&mut sample(i))?;
+            Ok(tx)
+        })
+        .collect::<Result<Vec<_>>>()?;
+    let during = threads();
+    assert!(server.connections() >= TXS);
+    for tx in txs {
+        tx.commit()?;
+    }
+    assert_eq!(count(&*hosted), TXS as u64 + 1);
+    // A thread per transaction would add TXS; the server's blocking pool
+    // may add a few, for calls that overlapped.
+    assert!(
+        during < before + TXS / 2,
+        "{before} threads before {TXS} open transactions, {during} with them"
+    );
+    Ok(())
+}
+
+#[test]
+fn a_begin_that_waits_too_long_is_busy_and_the_event_loop_answers_meanwhile() -> TestResult {
+    let timeout = Duration::from_secs(2);
+    let sqlite = Arc::new(SqliteEngine::open(
+        SqliteOptions::memory().busy_timeout(timeout),
+    )?);
+    let hosted = Arc::new(Client::open(model(), sqlite)?);
+    let server = Server::builder(hosted, "root")
+        .no_auth()
+        .threads(1)
+        .bind("127.0.0.1:0")?;
+    let addr = server.local_addr();
+    let db = Client::open(model(), Arc::new(RemoteEngine::connect(&server.url())?))?;
+    let holder = db.transaction()?;
+    holder.add(&mut sample(1))?;
+    let db = &db;
+    std::thread::scope(|s| -> TestResult {
+        let (sent, requests_sent) = mpsc::channel();
+        // A second transaction of the same client, and one of a raw
+        // connection, each wait for the first on the server.
+        let sent2 = sent.clone();
+        let same_client = s.spawn(move || {
+            let _ = sent2.send(());
+            db.transaction().err().map(|e| e.kind())
+        });
+        let raw_begin = s.spawn(move || {
+            let mut c = RawConn::open(addr);
+            let started = Instant::now();
+            c.send(b"BEGIN /root HTTP/1.1\r\nHost: test\r\nContent-Length: 0\r\n\r\n");
+            let _ = sent.send(());
+            (c.read(), started.elapsed())
+        });
+        requests_sent.recv()?;
+        requests_sent.recv()?;
+        // Meanwhile the server's one event-loop thread answers others.
+        let r = raw(addr, "GET", "/root/timestamp", "", b"");
+        assert_eq!(r.status, 200);
+        assert!(!raw_begin.is_finished() && !same_client.is_finished());
+        let (r, waited) = raw_begin.join().map_err(|_| "panicked")?;
+        let r = r.ok_or("no answer to the BEGIN")?;
+        assert_error(&r, 503);
+        assert_eq!(r.json()["waited"], 2000, "{}", r.text());
+        assert!(waited >= timeout);
+        assert_eq!(
+            same_client.join().map_err(|_| "panicked")?,
+            Some(ErrorKind::Busy)
+        );
+        Ok(())
+    })?;
+    // The first transaction is unharmed, and once it ends, the next begins.
+    assert_eq!(count(&holder), 1);
+    holder.commit()?;
+    let mut c = RawConn::open(addr);
+    assert_eq!(
+        c.request("BEGIN", "/root", "", b"").map(|r| r.status),
+        Some(200)
+    );
+    assert_eq!(
+        c.request("ABORT", "/root", "", b"").map(|r| r.status),
+        Some(200)
+    );
+    Ok(())
 }

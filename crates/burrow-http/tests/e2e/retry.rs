@@ -8,7 +8,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
-use burrow_core::{Record, Storage};
+use burrow_core::{Record, RowOps};
 use burrow_http::RemoteEngine;
 
 use crate::common::*;

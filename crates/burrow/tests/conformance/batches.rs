@@ -3,7 +3,7 @@
 
 use std::collections::HashSet;
 
-use burrow::{Batch, BatchOptions, BatchResult, Client, Error, ErrorKind, Orm};
+use burrow::{Batch, BatchOptions, BatchResult, Client, Error, ErrorKind, Model, Orm};
 
 use crate::common::*;
 
@@ -564,8 +564,8 @@ fn rollback_on_error_across_two_engines(f: &dyn Factory) -> TestResult {
     let a = f.fresh()?;
     let b = f.fresh()?;
     let c = Client::builder(model())
-        .default_engine(a.engine())
-        .place::<Tag>(b.engine())
+        .default_engine(a.engine_for(Model::new().with::<Sample>())?)
+        .place::<Tag>(b.engine_for(Model::new().with::<Tag>())?)
         .open()?;
     let mut owner = Sample::new("owner", 1, "1");
     c.add(&mut owner)?;

@@ -286,3 +286,23 @@ fn transactions_do_not_lose_updates(f: &dyn Factory) -> TestResult {
     );
     Ok(())
 }
+
+/// The hang of a batch over SQLite and the memory engine against one over
+/// the memory engine and SQLite, each holding one engine's transaction and
+/// waiting for the other's: they now take the engines in one order.
+#[test]
+fn opposite_batches_over_sqlite_and_memory() -> TestResult {
+    use std::sync::Arc;
+
+    use burrow::memory::{MemoryEngine, MemoryOptions};
+    use burrow::sqlite::SqliteEngine;
+    use burrow::Client;
+
+    let sqlite = Arc::new(SqliteEngine::memory()?);
+    let memory = Arc::new(MemoryEngine::open(MemoryOptions::memory())?);
+    let c = Client::builder(model())
+        .default_engine(sqlite)
+        .place::<Tag>(memory)
+        .open()?;
+    crate::transactions::opposite_batches(&c, 200)
+}

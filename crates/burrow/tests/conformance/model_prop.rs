@@ -317,7 +317,7 @@ fn step(c: &Client, model: &mut Map, op: &Op) -> Result<(), TestCaseError> {
             let tx = c.transaction().map_err(fail("begin"))?;
             let mut inside = model.clone();
             for v in items {
-                add_one(&*tx, &mut inside, v, "add in a transaction")?;
+                add_one(&tx, &mut inside, v, "add in a transaction")?;
             }
             let n = tx
                 .count::<PropRec>("", &[])

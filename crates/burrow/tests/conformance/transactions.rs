@@ -17,13 +17,14 @@ conformance!(
     closure_ok_commits,
     closure_err_rolls_back,
     closure_panic_rolls_back,
-    nested_begin_is_refused_and_the_outer_commits,
-    commit_or_rollback_without_begin_is_refused,
+    second_transaction_waits_or_stands_apart_and_the_first_commits,
+    engine_transaction_handles,
     transactions_follow_each_other,
     transaction_spans_two_engines,
     other_threads_write_waits_and_survives_the_rollback,
     other_threads_read_never_sees_uncommitted_rows,
     other_thread_may_transact_after_commit,
+    opposite_batches_over_two_engines,
 );
 
 /// How long a thread that should go on may take before the test calls it stuck.
@@ -40,9 +41,7 @@ fn guard_commit(f: &dyn Factory) -> TestResult {
     let mut t = Tag::new("t", a.id);
     tx.add(&mut t)?;
     assert_eq!(tx.count::<Sample>("", &[])?, 1, "own writes visible inside");
-    assert!(store.engine().in_transaction());
     tx.commit()?;
-    assert!(!store.engine().in_transaction());
     same(&c.retrieve::<Sample>(a.id)?, &a, "committed")?;
     same(&c.retrieve::<Tag>(t.id)?, &t, "committed tag")?;
     // Visible from another thread after the commit.
@@ -64,7 +63,6 @@ fn guard_drop_rolls_back(f: &dyn Factory) -> TestResult {
         tx.add(&mut t)?;
         assert_eq!(tx.count::<Sample>("", &[])?, 3);
     }
-    assert!(!store.engine().in_transaction());
     same(&all::<Sample>(&c)?, &seeded, "after drop")?;
     assert_eq!(c.count::<Tag>("", &[])?, 0);
     // The rolled-back unique name is free.
@@ -119,7 +117,6 @@ fn closure_ok_commits(f: &dyn Factory) -> TestResult {
     assert_eq!(n, 1);
     assert_eq!(c.retrieve::<Sample>(id)?.name, "closure");
     assert_eq!(c.count::<Tag>("", &[])?, 1);
-    assert!(!store.engine().in_transaction());
     Ok(())
 }
 
@@ -144,7 +141,6 @@ fn closure_err_rolls_back(f: &dyn Factory) -> TestResult {
     });
     expect_kind!(r, UniqueViolation);
     same(&all::<Sample>(&c)?, &seeded, "after a unique violation")?;
-    assert!(!store.engine().in_transaction());
     Ok(())
 }
 
@@ -160,7 +156,6 @@ fn closure_panic_rolls_back(f: &dyn Factory) -> TestResult {
         });
     }));
     assert!(r.is_err(), "the panic went through");
-    assert!(!store.engine().in_transaction());
     same(&all::<Sample>(&c)?, &seeded, "after a panic")?;
     // Usable afterwards, from this thread and another.
     c.in_transaction(|t| {
@@ -173,27 +168,29 @@ fn closure_panic_rolls_back(f: &dyn Factory) -> TestResult {
     Ok(())
 }
 
-fn nested_begin_is_refused_and_the_outer_commits(f: &dyn Factory) -> TestResult {
+fn second_transaction_waits_or_stands_apart_and_the_first_commits(f: &dyn Factory) -> TestResult {
     let store = f.fresh()?;
     let c = store.open()?;
     let tx = c.transaction()?;
     let mut a = Sample::new("outer-a", 1, "1");
     tx.add(&mut a)?;
+    // A transaction has no `transaction` method: nesting does not compile.
+    // A second transaction on the client, from the same thread, either
+    // waits for the first and gives up with a clear error (engines that
+    // serialise writers), or is a transaction of its own.
     match c.transaction() {
-        Ok(_inner) => return Err("a nested begin was accepted".into()),
+        Ok(second) => {
+            assert!(!f.serializes_transactions(), "a second transaction got in");
+            assert_eq!(second.count::<Sample>("", &[])?, 0, "saw uncommitted rows");
+            second.rollback()?;
+        }
         Err(e) => {
-            assert_eq!(e.kind(), ErrorKind::BadInput, "{e}");
-            assert!(matches!(e, Error::Transaction(_)), "{e:?}");
+            assert!(f.serializes_transactions(), "{e}");
+            assert_eq!(e.kind(), ErrorKind::Busy, "{e}");
+            assert!(e.to_string().contains("busy"), "{e}");
         }
     }
-    let r = c.in_transaction(|t| t.count::<Sample>("", &[]));
-    let e = expect_kind!(r, BadInput);
-    assert!(matches!(e, Error::Transaction(_)), "{e:?}");
-    assert!(
-        store.engine().in_transaction(),
-        "the outer transaction is still open"
-    );
-    // The outer transaction still works and commits both writes.
+    // The first transaction still works and commits both writes.
     let mut b = Sample::new("outer-b", 2, "2");
     tx.add(&mut b)?;
     assert_eq!(tx.count::<Sample>("", &[])?, 2);
@@ -204,24 +201,37 @@ fn nested_begin_is_refused_and_the_outer_commits(f: &dyn Factory) -> TestResult 
     Ok(())
 }
 
-fn commit_or_rollback_without_begin_is_refused(f: &dyn Factory) -> TestResult {
+fn engine_transaction_handles(f: &dyn Factory) -> TestResult {
     let store = f.fresh()?;
     let c = store.open()?;
-    seed(&c, "nb", 1)?;
-    let e = store.engine();
-    assert!(!e.in_transaction());
-    let err = expect_kind!(e.commit(), BadInput);
-    assert!(matches!(err, Error::Transaction(_)), "{err:?}");
-    let err = expect_kind!(e.rollback(), BadInput);
-    assert!(matches!(err, Error::Transaction(_)), "{err:?}");
-    // Engine-level begin twice on one thread.
-    e.begin()?;
-    let err = expect_kind!(e.begin(), BadInput);
-    assert!(matches!(err, Error::Transaction(_)), "{err:?}");
-    assert!(e.in_transaction());
-    e.rollback()?;
-    assert!(!e.in_transaction());
+    seed(&c, "eh", 1)?;
+    let table = <Sample as burrow::Record>::table();
+    let row = Sample::new("through-the-handle", 1, "1");
+    // Dropped without a commit: nothing is left, and the engine is free.
+    {
+        let tx = store.engine().begin()?;
+        tx.insert(table, None, &row)?;
+        assert_eq!(tx.count(table, &burrow::driver::Filter::all())?, 2);
+    }
     assert_eq!(c.count::<Sample>("", &[])?, 1);
+    // Rolled back explicitly: the same.
+    let tx = store.engine().begin()?;
+    tx.insert(table, None, &row)?;
+    tx.rollback()?;
+    assert_eq!(c.count::<Sample>("", &[])?, 1);
+    // Committed: kept. The handle may move to another thread.
+    let tx = store.engine().begin()?;
+    let id = thread::scope(|s| {
+        s.spawn(move || -> burrow::Result<i64> {
+            let id = tx.insert(table, None, &row)?;
+            tx.commit()?;
+            Ok(id)
+        })
+        .join()
+    })
+    .map_err(|_| "the thread holding the transaction panicked")??;
+    assert_eq!(c.retrieve::<Sample>(id)?.name, "through-the-handle");
+    assert_eq!(c.count::<Sample>("", &[])?, 2);
     Ok(())
 }
 
@@ -242,22 +252,27 @@ fn transactions_follow_each_other(f: &dyn Factory) -> TestResult {
     Ok(())
 }
 
-fn transaction_spans_two_engines(f: &dyn Factory) -> TestResult {
+/// Samples in one fresh store of `f`, tags in another: both stores, and a
+/// client over them (last, so that it is dropped first).
+fn two_engines(f: &dyn Factory) -> Result<(Store, Store, Client), Box<dyn std::error::Error>> {
     let a = f.fresh()?;
     let b = f.fresh()?;
     let c = Client::builder(model())
         .default_engine(a.engine())
         .place::<Tag>(b.engine())
         .open()?;
+    Ok((a, b, c))
+}
+
+fn transaction_spans_two_engines(f: &dyn Factory) -> TestResult {
+    let (_a, b, c) = two_engines(f)?;
     {
         let tx = c.transaction()?;
-        assert!(a.engine().in_transaction() && b.engine().in_transaction());
         let mut s = Sample::new("two", 1, "1");
         tx.add(&mut s)?;
         let mut t = Tag::new("two", s.id);
         tx.add(&mut t)?;
     }
-    assert!(!a.engine().in_transaction() && !b.engine().in_transaction());
     assert_eq!(c.count::<Sample>("", &[])?, 0);
     assert_eq!(c.count::<Tag>("", &[])?, 0);
     let tx = c.transaction()?;
@@ -374,4 +389,47 @@ fn other_thread_may_transact_after_commit(f: &dyn Factory) -> TestResult {
         assert_eq!(c.count::<Sample>("", &[])?, 2);
         Ok(())
     })
+}
+
+/// Two threads send batches that write two engines' tables in opposite
+/// orders. Each batch runs in a transaction on both engines; when each
+/// began its engines in the order of its items, the two threads each held
+/// one engine and waited forever for the other.
+fn opposite_batches_over_two_engines(f: &dyn Factory) -> TestResult {
+    let (_a, _b, c) = two_engines(f)?;
+    opposite_batches(&c, if f.slow_writes() { 10 } else { 100 })
+}
+
+/// Runs `rounds` batches `[Sample, Tag]` on one thread and `[Tag, Sample]` on
+/// another, and checks every row arrived.
+pub fn opposite_batches(c: &Client, rounds: usize) -> TestResult {
+    thread::scope(|s| -> TestResult {
+        let workers: Vec<_> = [false, true]
+            .into_iter()
+            .map(|tag_first| {
+                s.spawn(move || -> burrow::Result<()> {
+                    for i in 0..rounds {
+                        let name = format!("{tag_first}-{i}");
+                        let mut batch = burrow::Batch::new();
+                        if tag_first {
+                            batch.add(Tag::new(&name, 1));
+                            batch.add(Sample::new(&name, 1, "1"));
+                        } else {
+                            batch.add(Sample::new(&name, 1, "1"));
+                            batch.add(Tag::new(&name, 1));
+                        }
+                        c.send(&mut batch)?;
+                    }
+                    Ok(())
+                })
+            })
+            .collect();
+        for w in workers {
+            w.join().map_err(|_| "a batch thread panicked")??;
+        }
+        Ok(())
+    })?;
+    assert_eq!(c.count::<Sample>("", &[])?, 2 * rounds as u64);
+    assert_eq!(c.count::<Tag>("", &[])?, 2 * rounds as u64);
+    Ok(())
 }

@@ -26,7 +26,7 @@ pub struct Visit {
 }
 
 fn at(s: &str) -> Result<DateTime<Utc>, Box<dyn std::error::Error>> {
-    burrow::datetime::parse_datetime(s).ok_or_else(|| format!("bad time {s}").into())
+    burrow::driver::datetime::parse_datetime(s).ok_or_else(|| format!("bad time {s}").into())
 }
 
 fn filters_answer_as_sqlite_does(f: &dyn Factory) -> TestResult {
@@ -34,7 +34,7 @@ fn filters_answer_as_sqlite_does(f: &dyn Factory) -> TestResult {
     let main = Arc::new(SqliteEngine::memory()?);
     let client = Client::builder(Model::new().with::<Visit>())
         .default_engine(main.clone())
-        .place::<Visit>(store.engine())
+        .place::<Visit>(store.engine_for(Model::new().with::<Visit>())?)
         .open()?;
     let rows = [
         (

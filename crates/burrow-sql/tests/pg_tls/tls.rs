@@ -2,8 +2,6 @@
 //! `BURROW_POSTGRES_URL`. The checks need a server with TLS on (Debian's
 //! PostgreSQL serves its "snakeoil" certificate, issued to `localhost`);
 //! without one they pass after saying why.
-#![cfg(feature = "tls")]
-#![allow(missing_docs)]
 
 use burrow_core::Value;
 use burrow_sql::SqlEngine;

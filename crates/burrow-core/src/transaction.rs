@@ -1,0 +1,242 @@
+//! Transactions as values: a [`Transaction`] over every engine of a client,
+//! and the batch runner that opens short ones per chunk.
+//!
+//! Several engines are always taken in one global order ([`engine_order`]),
+//! so two units of work that each need the same two engines queue behind one
+//! another instead of each holding one and waiting for the other.
+
+use std::ops::Deref;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+
+use crate::batch::BatchOptions;
+use crate::client::Client;
+use crate::error::{Error, Result};
+use crate::orm::Orm;
+use crate::schema::Table;
+use crate::storage::{BatchItem, BatchResult, EngineTx, RowOps, SqlHost, Storage};
+
+/// The key of the one order in which engines are taken: the address of the
+/// shared engine, fixed for as long as anybody holds it.
+pub fn engine_order(engine: &Arc<dyn Storage>) -> usize {
+    Arc::as_ptr(engine) as *const () as usize
+}
+
+/// Whether `a` and `b` are the same engine (not merely equal ones).
+pub fn same_engine(a: &dyn Storage, b: &dyn Storage) -> bool {
+    std::ptr::addr_eq(a as *const dyn Storage, b as *const dyn Storage)
+}
+
+/// A process-wide unique, non-zero number for a transaction: what an engine
+/// records as the owner of its write lock while that transaction is open.
+pub fn next_tx_token() -> u64 {
+    static NEXT: AtomicU64 = AtomicU64::new(1);
+    NEXT.fetch_add(1, Ordering::Relaxed)
+}
+
+/// The client a transaction routes through: borrowed, or shared so that the
+/// transaction can outlive the borrow.
+pub(crate) enum ClientRef<'a> {
+    Borrowed(&'a Client),
+    Shared(Arc<Client>),
+}
+
+impl Deref for ClientRef<'_> {
+    type Target = Client;
+    fn deref(&self) -> &Client {
+        match self {
+            ClientRef::Borrowed(c) => c,
+            ClientRef::Shared(c) => c,
+        }
+    }
+}
+
+/// An open transaction on every engine of a [`Client`]'s model.
+///
+/// Reads and writes go through it (it implements [`Orm`]) and see its own
+/// uncommitted writes; other callers see none of them until
+/// [`Transaction::commit`], which consumes it. Dropped without a commit, it
+/// rolls back. It can move to another thread, and it cannot begin a nested
+/// transaction (it has no `transaction` method).
+#[must_use = "a transaction rolls back when dropped; call commit()"]
+pub struct Transaction<'a> {
+    client: ClientRef<'a>,
+    /// One per engine of the client, in the client's (global) order.
+    txs: Vec<Box<dyn EngineTx>>,
+}
+
+impl<'a> Transaction<'a> {
+    pub(crate) fn begin(client: ClientRef<'a>) -> Result<Transaction<'a>> {
+        let mut txs = Vec::with_capacity(client.engines().len());
+        for e in client.engines() {
+            // On a failure, the engines begun so far roll back as `txs` drops.
+            txs.push(e.clone().begin()?);
+        }
+        Ok(Transaction { client, txs })
+    }
+
+    /// Commits on every engine, in order. A commit that fails rolls back the
+    /// engines after it; the engines before it stay committed (engines do
+    /// not share a two-phase commit).
+    pub fn commit(self) -> Result<()> {
+        for tx in self.txs {
+            tx.commit()?;
+        }
+        Ok(())
+    }
+
+    /// Rolls back on every engine, reporting the first failure.
+    pub fn rollback(self) -> Result<()> {
+        let mut first = Ok(());
+        for tx in self.txs {
+            if let Err(e) = tx.rollback() {
+                if first.is_ok() {
+                    first = Err(e);
+                }
+            }
+        }
+        first
+    }
+
+    /// The client this transaction runs on.
+    pub fn client(&self) -> &Client {
+        &self.client
+    }
+}
+
+impl Orm for Transaction<'_> {
+    fn route(&self, table: &'static Table) -> Result<&dyn RowOps> {
+        let e = self.client.engine_index(table)?;
+        Ok(&*self.txs[e] as &dyn RowOps)
+    }
+
+    fn sql_host(&self) -> Result<&dyn SqlHost> {
+        let e = self.client.sql_index()?;
+        self.txs[e].sql_host().ok_or_else(|| self.client.no_sql(e))
+    }
+
+    fn apply_items(
+        &self,
+        items: &[BatchItem<'_>],
+        options: BatchOptions,
+        stop_on_error: bool,
+    ) -> Result<Vec<BatchResult>> {
+        // Inside a transaction the caller's handle decides what is kept: a
+        // failed item stops the batch (with rollback-on-error the caller
+        // rolls back) and the results so far are the caller's to drop.
+        let stop = options.rollback_on_error || stop_on_error;
+        let mut results = Vec::with_capacity(items.len());
+        let mut run = 0;
+        while run < items.len() {
+            let e = self.client.engine_index(items[run].table)?;
+            let mut end = run + 1;
+            while end < items.len() && self.client.engine_index(items[end].table)? == e {
+                end += 1;
+            }
+            self.txs[e]
+                .apply_batch(&items[run..end], &mut results, stop)
+                .map_err(|err| shift(err, run))?;
+            run = end;
+        }
+        Ok(results)
+    }
+}
+
+/// An item error's index, from a run's start to the batch's.
+fn shift(err: Error, by: usize) -> Error {
+    match err {
+        Error::Batch { index, source } => Error::Batch {
+            index: index + by,
+            source,
+        },
+        other => other,
+    }
+}
+
+/// Runs batch items on their engines (`which[i]` indexes `engines`, which are
+/// in the global order) with the commit rules of [`BatchOptions`], outside any
+/// transaction of the caller's: chunks of `auto_transaction_rows` items (the
+/// whole batch with `rollback_on_error`) each run in a transaction of every
+/// engine they involve, taken in order. `stop_on_error` stops at the first
+/// failed item and keeps what ran before it; with `rollback_on_error` the
+/// batch is undone instead. A failure of an engine itself rolls back the
+/// chunk in progress.
+pub fn run_batch(
+    engines: &[Arc<dyn Storage>],
+    items: &[BatchItem<'_>],
+    which: &[usize],
+    opts: BatchOptions,
+    stop_on_error: bool,
+) -> Result<Vec<BatchResult>> {
+    let stop = opts.rollback_on_error || stop_on_error;
+    let use_tx = opts.rollback_on_error || opts.auto_transaction_rows > 0;
+    let chunk = if opts.rollback_on_error || opts.auto_transaction_rows == 0 {
+        items.len().max(1)
+    } else {
+        opts.auto_transaction_rows
+    };
+    let mut results = Vec::with_capacity(items.len());
+    let mut start = 0;
+    while start < items.len() {
+        let end = (start + chunk).min(items.len());
+        // The engines of this chunk, in the global order.
+        let mut involved: Vec<usize> = which[start..end].to_vec();
+        involved.sort_unstable();
+        involved.dedup();
+        if use_tx && involved.len() == 1 {
+            let one = engines[involved[0]].apply_batch_in_transaction(
+                &items[start..end],
+                &mut results,
+                stop,
+                opts.rollback_on_error,
+            );
+            if let Some(outcome) = one {
+                outcome.map_err(|err| shift(err, start))?;
+                start = end;
+                continue;
+            }
+        }
+        let mut txs: Vec<(usize, Box<dyn EngineTx>)> = Vec::new();
+        if use_tx {
+            for &e in &involved {
+                // On a failure, the ones begun roll back as `txs` drops.
+                txs.push((e, engines[e].clone().begin()?));
+            }
+        }
+        let mut run = start;
+        let mut outcome = Ok(());
+        let mut item_failed = false;
+        while run < end {
+            let e = which[run];
+            let mut run_end = run + 1;
+            while run_end < end && which[run_end] == e {
+                run_end += 1;
+            }
+            let rows: &dyn RowOps = match txs.iter().find(|(x, _)| *x == e) {
+                Some((_, tx)) => &**tx,
+                None => &*engines[e],
+            };
+            outcome = rows
+                .apply_batch(&items[run..run_end], &mut results, stop)
+                .map_err(|err| {
+                    item_failed = matches!(err, Error::Batch { .. });
+                    shift(err, run)
+                });
+            if outcome.is_err() {
+                break;
+            }
+            run = run_end;
+        }
+        // Keep what ran only when an item stopped a stop-on-error batch.
+        let keep = outcome.is_ok() || (item_failed && !opts.rollback_on_error);
+        if keep {
+            for (_, tx) in txs {
+                tx.commit()?;
+            }
+        }
+        // Otherwise the transactions roll back as they drop.
+        outcome?;
+        start = end;
+    }
+    Ok(results)
+}

@@ -1,0 +1,298 @@
+//! One connection: requests read, admitted, handled and answered in order,
+//! pipelined ones answered together.
+
+use std::future::Future;
+use std::panic::AssertUnwindSafe;
+use std::sync::atomic::Ordering;
+use std::task::Poll;
+
+use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
+use tokio::sync::watch;
+use tokio::time::{timeout, timeout_at, Instant};
+
+use super::request::{self, Parsed, Request, RequestHead};
+use super::response::{self, Response};
+use super::{Core, Handler, Limits};
+
+/// Responses waiting to be written past this are written before the next
+/// pipelined request is handled: a connection's memory stays bounded.
+const OUT_HIGH: usize = 64 * 1024;
+
+/// A connection's byte stream: a socket, or TLS over one.
+pub(crate) trait Stream: AsyncRead + AsyncWrite + Unpin + Send {}
+impl<S: AsyncRead + AsyncWrite + Unpin + Send> Stream for S {}
+
+/// What the handler said of a head.
+enum Admitted {
+    Yes(RequestHead<'static>),
+    No {
+        resp: Response,
+        body: usize,
+        keep_alive: bool,
+        head_only: bool,
+    },
+    Panicked,
+}
+
+/// Writes `resp` for a connection about to close.
+pub(crate) fn write_error<H: Handler>(core: &Core<H>, out: &mut Vec<u8>, resp: &Response) {
+    write(core, out, resp, false, false, true);
+}
+
+fn write<H: Handler>(
+    core: &Core<H>,
+    out: &mut Vec<u8>,
+    resp: &Response,
+    head_only: bool,
+    gzip: bool,
+    close: bool,
+) {
+    let how = response::Framing {
+        head_only,
+        gzip,
+        gzip_min: core.limits.gzip_min_bytes,
+        close,
+        server: &core.server_name,
+    };
+    response::write(out, resp, &how, |h| core.handler.extra_headers(h));
+}
+
+/// Writes out what waits in `out`; false when the client is gone or stopped
+/// reading for the write timeout.
+async fn flush(stream: &mut impl Stream, out: &mut Vec<u8>, limits: &Limits) -> bool {
+    if out.is_empty() {
+        return true;
+    }
+    let mut done = 0;
+    // The timeout is per write, so that a slow reader of a large response
+    // is cut off only when it stops reading.
+    let ok = loop {
+        if done == out.len() {
+            break matches!(
+                timeout(limits.write_timeout, stream.flush()).await,
+                Ok(Ok(()))
+            );
+        }
+        match timeout(limits.write_timeout, stream.write(&out[done..])).await {
+            Ok(Ok(n)) if n > 0 => done += n,
+            _ => break false,
+        }
+    };
+    out.clear();
+    if out.capacity() > 1 << 20 {
+        out.shrink_to(64 * 1024);
+    }
+    ok
+}
+
+async fn fail<H: Handler>(
+    core: &Core<H>,
+    stream: &mut impl Stream,
+    out: &mut Vec<u8>,
+    r: Response,
+) {
+    write_error(core, out, &r);
+    flush(stream, out, &core.limits).await;
+}
+
+/// Runs `fut`, `None` if it panics.
+async fn unwinding<F: Future>(fut: F) -> Option<F::Output> {
+    let mut fut = std::pin::pin!(fut);
+    std::future::poll_fn(move |cx| {
+        match std::panic::catch_unwind(AssertUnwindSafe(|| fut.as_mut().poll(cx))) {
+            Ok(Poll::Ready(v)) => Poll::Ready(Some(v)),
+            Ok(Poll::Pending) => Poll::Pending,
+            Err(_) => Poll::Ready(None),
+        }
+    })
+    .await
+}
+
+/// Serves one connection until it closes.
+pub(crate) async fn serve<H: Handler>(
+    core: &Core<H>,
+    mut stream: impl Stream,
+    mut stop: watch::Receiver<bool>,
+) {
+    let limits = &core.limits;
+    let mut conn = H::Conn::default();
+    // Received bytes; those before `pos` are handled already.
+    let mut buf: Vec<u8> = Vec::with_capacity(4096);
+    let mut pos = 0;
+    let mut out: Vec<u8> = Vec::with_capacity(4096);
+    'conn: loop {
+        if pos == buf.len() {
+            buf.clear();
+            pos = 0;
+        }
+        // The head of the next request.
+        let mut deadline = (pos < buf.len()).then(|| Instant::now() + limits.request_timeout);
+        let (admitted, len) = loop {
+            if pos < buf.len() {
+                match request::parse(&buf[pos..], limits) {
+                    Parsed::Head(head, len) => {
+                        let verdict = std::panic::catch_unwind(AssertUnwindSafe(|| {
+                            core.handler.admit(&mut conn, &head)
+                        }));
+                        let admitted = match verdict {
+                            Ok(Ok(())) => Admitted::Yes(head.into_owned()),
+                            Ok(Err(resp)) => Admitted::No {
+                                resp,
+                                body: head.content_length(),
+                                keep_alive: head.keep_alive(),
+                                head_only: head.method() == "HEAD",
+                            },
+                            Err(_) => Admitted::Panicked,
+                        };
+                        break (admitted, len);
+                    }
+                    Parsed::Partial => {}
+                    Parsed::Fail(r) => {
+                        fail(core, &mut stream, &mut out, r).await;
+                        break 'conn;
+                    }
+                }
+            }
+            if !flush(&mut stream, &mut out, limits).await {
+                break 'conn;
+            }
+            if buf.capacity() - buf.len() < 2048 {
+                if pos > 0 {
+                    buf.drain(..pos);
+                    pos = 0;
+                }
+                buf.reserve(8192);
+            }
+            let n = match deadline {
+                Some(d) => match timeout_at(d, stream.read_buf(&mut buf)).await {
+                    Ok(r) => r,
+                    Err(_) => {
+                        fail(
+                            core,
+                            &mut stream,
+                            &mut out,
+                            Response::error(408, "request timeout"),
+                        )
+                        .await;
+                        break 'conn;
+                    }
+                },
+                None => {
+                    if core.stopping.load(Ordering::SeqCst) {
+                        break 'conn;
+                    }
+                    tokio::select! {
+                        r = timeout(limits.idle_timeout, stream.read_buf(&mut buf)) => match r {
+                            Ok(r) => r,
+                            Err(_) => break 'conn,
+                        },
+                        _ = stop.changed() => continue,
+                    }
+                }
+            };
+            match n {
+                Ok(0) | Err(_) => break 'conn,
+                Ok(_) => {
+                    deadline.get_or_insert_with(|| Instant::now() + limits.request_timeout);
+                }
+            }
+        };
+        pos += len;
+        let head = match admitted {
+            Admitted::Yes(head) => head,
+            Admitted::No {
+                resp,
+                body,
+                keep_alive,
+                head_only,
+            } => {
+                // A body already here is skipped; one still to come is not
+                // waited for.
+                let keep = keep_alive && buf.len() - pos >= body;
+                if keep {
+                    pos += body;
+                }
+                let close = !keep || core.stopping.load(Ordering::Relaxed);
+                write(core, &mut out, &resp, head_only, false, close);
+                if close {
+                    flush(&mut stream, &mut out, limits).await;
+                    break 'conn;
+                }
+                continue;
+            }
+            Admitted::Panicked => {
+                fail(
+                    core,
+                    &mut stream,
+                    &mut out,
+                    Response::error(500, "Internal Server Error"),
+                )
+                .await;
+                break 'conn;
+            }
+        };
+        // Its body.
+        let length = head.content_length();
+        let body = if buf.len() - pos >= length {
+            let b = buf[pos..pos + length].to_vec();
+            pos += length;
+            b
+        } else {
+            if head.expects_continue() {
+                out.extend_from_slice(b"HTTP/1.1 100 Continue\r\n\r\n");
+                if !flush(&mut stream, &mut out, limits).await {
+                    break 'conn;
+                }
+            }
+            buf.drain(..pos);
+            pos = 0;
+            buf.reserve(length - buf.len());
+            let d = deadline.unwrap_or_else(|| Instant::now() + limits.request_timeout);
+            while buf.len() < length {
+                match timeout_at(d, stream.read_buf(&mut buf)).await {
+                    Ok(Ok(0)) | Ok(Err(_)) => break 'conn,
+                    Ok(Ok(_)) => {}
+                    Err(_) => {
+                        fail(
+                            core,
+                            &mut stream,
+                            &mut out,
+                            Response::error(408, "request timeout"),
+                        )
+                        .await;
+                        break 'conn;
+                    }
+                }
+            }
+            // The body keeps the buffer it was read into (no copy of a large
+            // body); what follows it moves to a new one.
+            let rest = buf.split_off(length);
+            let body = std::mem::replace(&mut buf, rest);
+            if buf.capacity() < 4096 {
+                buf.reserve(4096 - buf.len());
+            }
+            body
+        };
+        let head_only = head.method() == "HEAD";
+        let gzip = head.accepts_gzip();
+        let keep_alive = head.keep_alive();
+        let answer = unwinding(core.handler.call(&mut conn, Request::new(head, body))).await;
+        let (resp, close) = match answer {
+            Some(resp) => (resp, !keep_alive || core.stopping.load(Ordering::Relaxed)),
+            // The connection's state may be half-changed: it goes.
+            None => (Response::error(500, "Internal Server Error"), true),
+        };
+        write(core, &mut out, &resp, head_only, gzip, close);
+        if close {
+            flush(&mut stream, &mut out, limits).await;
+            break 'conn;
+        }
+        if out.len() >= OUT_HIGH && !flush(&mut stream, &mut out, limits).await {
+            break 'conn;
+        }
+    }
+    // The handler's state goes first: what it holds (a transaction) is
+    // released before the client sees the connection close.
+    drop(conn);
+    let _ = timeout(limits.write_timeout, stream.shutdown()).await;
+}

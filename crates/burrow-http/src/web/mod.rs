@@ -1,0 +1,440 @@
+//! Burrow's HTTP/1.1 server core: a tokio event loop that speaks the
+//! protocol and hands each request to a [`Handler`]. The REST server
+//! ([`crate::Server`]) is one handler on it; an application can be another.
+//!
+//! ```no_run
+//! use burrow_http::web::{Handler, HttpServer, Request, Response};
+//!
+//! struct Hello;
+//!
+//! impl Handler for Hello {
+//!     type Conn = ();
+//!
+//!     async fn call(&self, _: &mut (), req: Request) -> Response {
+//!         match req.path() {
+//!             "/plaintext" => Response::with("text/plain", b"Hello, World!".to_vec()),
+//!             _ => Response::error(404, "Not Found"),
+//!         }
+//!     }
+//! }
+//!
+//! # fn main() -> burrow_core::Result<()> {
+//! let server = HttpServer::builder(Hello).bind("127.0.0.1:8080")?;
+//! println!("http://{}/plaintext", server.local_addr());
+//! # Ok(())
+//! # }
+//! ```
+//!
+//! # What the core owns
+//!
+//! - **Connections**: the accept loop, a cap on open connections (past it, a
+//!   503 and close), HTTP/1.1 keep-alive, and **pipelining**: requests
+//!   already received are handled in order, one after the other, and their
+//!   responses written together, in one write, once no whole request is left
+//!   to handle (or once 64 KiB of responses wait, which bounds a
+//!   connection's memory).
+//! - **Requests**: the head is parsed with `httparse` and checked (a
+//!   malformed head: 400; too large: 413; a bad or twice-different
+//!   `Content-Length`: 400; a chunked body: 411), each of these answered
+//!   and the connection closed, the server unharmed. Then
+//!   [`Handler::admit`] sees the borrowed [`RequestHead`]; only once it
+//!   accepts is `100 Continue` sent (for `Expect: 100-continue`) and the
+//!   body read. A head it refuses is answered with its response: the body,
+//!   if already received, is skipped and the connection kept; else the
+//!   connection closes without waiting for it.
+//! - **Responses**: `Server`, `Date` (rendered at most once a second per
+//!   thread, never frozen), `Content-Length`, `Connection: close` when it
+//!   closes; a body of at least [`Limits::gzip_min_bytes`] is gzipped when
+//!   the request accepts gzip; a `HEAD` gets the head only.
+//! - **Time limits** ([`Limits`]): a whole request (head and body) must
+//!   arrive within the request timeout once its first byte came (408); an
+//!   idle keep-alive connection closes after the idle timeout; a write that
+//!   makes no progress for the write timeout closes the connection.
+//! - **TLS** (feature `tls`, [`HttpServerBuilder::tls`]): every connection,
+//!   handshake within the request timeout; past the connection cap a
+//!   connection is closed without a 503, which would need a handshake.
+//! - **Shutdown** ([`HttpServer::shutdown`], or drop): stop accepting, let
+//!   requests in flight finish (at most [`Limits::shutdown_timeout`]), close
+//!   idle connections, then every connection.
+//! - **Threads**: a multi-threaded tokio runtime, one worker per core unless
+//!   [`HttpServerBuilder::threads`] says otherwise; [`HttpServer::runtime`]
+//!   lets an application start its own tasks (database connections…) on it.
+//! - A panicking handler: its client gets a 500 and the connection closes.
+//!
+//! # What the handler owns
+//!
+//! Routing (404, 405 are its answers), authentication, the meaning of the
+//! body, and where its work runs: `call` runs on the event loop, so work
+//! that blocks (a synchronous engine call over a network, a password hash)
+//! belongs on `tokio::task::spawn_blocking`. Per-connection state lives in
+//! [`Handler::Conn`], created with the connection and dropped when it
+//! closes (the REST handler keeps a connection's open transaction there,
+//! so a client that leaves rolls it back).
+//!
+//! # Limits and their defaults
+//!
+//! | [`Limits`] field | default | past it |
+//! |---|---|---|
+//! | `max_header_bytes` | 16 KiB | 413, closed |
+//! | `max_body_bytes` | 64 MiB | 413, closed |
+//! | `request_timeout` | 30 s | 408, closed |
+//! | `idle_timeout` | 60 s | closed |
+//! | `write_timeout` | 30 s without progress | closed |
+//! | `max_connections` | 10,000 | 503, closed |
+//! | `gzip_min_bytes` | 4 KiB | body gzipped if accepted |
+//! | `shutdown_timeout` | 10 s | connections closed |
+
+mod conn;
+mod request;
+mod response;
+pub(crate) mod wire;
+
+use std::future::Future;
+use std::net::SocketAddr;
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use burrow_core::Result;
+use tokio::io::AsyncWriteExt;
+use tokio::net::TcpListener;
+use tokio::sync::watch;
+use tokio::time::timeout;
+
+pub use request::{Request, RequestHead};
+pub use response::{Headers, Response, JSON, TEXT};
+
+/// What a server does with requests: one per server, shared by every
+/// connection (so `Send + Sync`).
+pub trait Handler: Send + Sync + 'static {
+    /// Per-connection state: made with [`Default`] when a connection opens,
+    /// handed to every call of that connection, dropped when it closes.
+    type Conn: Default + Send + 'static;
+
+    /// Sees a request's head before its body is read, and may refuse it
+    /// (say, 401 for a request without credentials): the server then does
+    /// not wait for the body. Accepts everything unless overridden.
+    fn admit(
+        &self,
+        conn: &mut Self::Conn,
+        head: &RequestHead<'_>,
+    ) -> std::result::Result<(), Response> {
+        let _ = (conn, head);
+        Ok(())
+    }
+
+    /// Answers a request (body read). Runs on the event loop: see the
+    /// module documentation for work that blocks.
+    fn call(&self, conn: &mut Self::Conn, req: Request) -> impl Future<Output = Response> + Send;
+
+    /// Headers added to every response, the core's own errors included.
+    fn extra_headers(&self, out: &mut Headers<'_>) {
+        let _ = out;
+    }
+}
+
+/// Limits that protect a server from its clients; see the module
+/// documentation for the defaults.
+#[derive(Debug, Clone)]
+pub struct Limits {
+    /// Largest request head (request line and headers), in bytes.
+    pub max_header_bytes: usize,
+    /// Largest request body, in bytes.
+    pub max_body_bytes: usize,
+    /// Time allowed to receive a whole request once its first byte arrived.
+    pub request_timeout: Duration,
+    /// Time a keep-alive connection may stay idle between requests.
+    pub idle_timeout: Duration,
+    /// Time a response's write may go without progress.
+    pub write_timeout: Duration,
+    /// Most connections open at once; more are answered 503 and closed.
+    pub max_connections: usize,
+    /// Bodies at least this large are gzipped for clients that accept it.
+    pub gzip_min_bytes: usize,
+    /// How long a graceful shutdown waits for requests in flight.
+    pub shutdown_timeout: Duration,
+}
+
+impl Default for Limits {
+    fn default() -> Self {
+        Limits {
+            max_header_bytes: 16 * 1024,
+            max_body_bytes: 64 * 1024 * 1024,
+            request_timeout: Duration::from_secs(30),
+            idle_timeout: Duration::from_secs(60),
+            write_timeout: Duration::from_secs(30),
+            max_connections: 10_000,
+            gzip_min_bytes: 4096,
+            shutdown_timeout: Duration::from_secs(10),
+        }
+    }
+}
+
+/// What the connections of a server share.
+pub(crate) struct Core<H> {
+    pub handler: H,
+    pub limits: Limits,
+    pub server_name: String,
+    pub connections: AtomicUsize,
+    /// Set when shutdown begins: connections close after their current
+    /// request.
+    pub stopping: AtomicBool,
+}
+
+#[cfg(feature = "tls")]
+type Tls = tokio_rustls::TlsAcceptor;
+/// No TLS without the feature: a type with no value.
+#[cfg(not(feature = "tls"))]
+#[derive(Clone)]
+enum Tls {}
+
+/// Configures an [`HttpServer`]; see [`HttpServer::builder`].
+pub struct HttpServerBuilder<H> {
+    handler: H,
+    limits: Limits,
+    threads: usize,
+    server_name: String,
+    #[cfg(feature = "tls")]
+    tls: Option<(Vec<u8>, Vec<u8>)>,
+}
+
+impl<H: Handler> HttpServerBuilder<H> {
+    /// Sets the limits.
+    pub fn limits(mut self, limits: Limits) -> Self {
+        self.limits = limits;
+        self
+    }
+
+    /// Event-loop threads (default: one per core).
+    pub fn threads(mut self, n: usize) -> Self {
+        self.threads = n.max(1);
+        self
+    }
+
+    /// The `Server` header's value (default `Burrow/{version}`).
+    pub fn server_name(mut self, name: impl Into<String>) -> Self {
+        self.server_name = name.into();
+        self
+    }
+
+    /// Serves HTTPS with this certificate chain and private key, both PEM
+    /// (checked when the server binds: a bad one is
+    /// [`burrow_core::Error::BadInput`]).
+    #[cfg(feature = "tls")]
+    pub fn tls(mut self, cert_chain_pem: impl Into<Vec<u8>>, key_pem: impl Into<Vec<u8>>) -> Self {
+        self.tls = Some((cert_chain_pem.into(), key_pem.into()));
+        self
+    }
+
+    /// Binds `addr` (e.g. `127.0.0.1:0`) and starts serving.
+    pub fn bind(self, addr: impl std::net::ToSocketAddrs) -> Result<HttpServer<H>> {
+        #[cfg(feature = "tls")]
+        let tls = match &self.tls {
+            Some((cert, key)) => Some(crate::tls::acceptor(cert, key)?),
+            None => None,
+        };
+        #[cfg(not(feature = "tls"))]
+        let tls: Option<Tls> = None;
+        let std_listener = std::net::TcpListener::bind(addr)?;
+        std_listener.set_nonblocking(true)?;
+        let local = std_listener.local_addr()?;
+        let runtime = tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(self.threads)
+            .thread_name("burrow-http")
+            .enable_io()
+            .enable_time()
+            .build()?;
+        let core = Arc::new(Core {
+            handler: self.handler,
+            limits: self.limits,
+            server_name: self.server_name,
+            connections: AtomicUsize::new(0),
+            stopping: AtomicBool::new(false),
+        });
+        let (stop_tx, stop_rx) = watch::channel(false);
+        let listener = {
+            let _g = runtime.enter();
+            TcpListener::from_std(std_listener)?
+        };
+        let scheme = if tls.is_some() { "https" } else { "http" };
+        let accept = runtime.spawn(accept_loop(core.clone(), listener, tls, stop_rx));
+        Ok(HttpServer {
+            scheme,
+            core,
+            runtime: Some(runtime),
+            stop: stop_tx,
+            accept: Some(accept),
+            local,
+        })
+    }
+}
+
+/// A running server. Dropping it shuts it down gracefully.
+pub struct HttpServer<H: Handler> {
+    scheme: &'static str,
+    core: Arc<Core<H>>,
+    runtime: Option<tokio::runtime::Runtime>,
+    stop: watch::Sender<bool>,
+    accept: Option<tokio::task::JoinHandle<()>>,
+    local: SocketAddr,
+}
+
+impl<H: Handler> std::fmt::Debug for HttpServer<H> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("HttpServer")
+            .field("addr", &self.local)
+            .finish_non_exhaustive()
+    }
+}
+
+impl<H: Handler> HttpServer<H> {
+    /// A server of `handler`, with default limits.
+    pub fn builder(handler: H) -> HttpServerBuilder<H> {
+        HttpServerBuilder {
+            handler,
+            limits: Limits::default(),
+            threads: std::thread::available_parallelism().map_or(2, |n| n.get()),
+            server_name: format!("Burrow/{}", env!("CARGO_PKG_VERSION")),
+            #[cfg(feature = "tls")]
+            tls: None,
+        }
+    }
+
+    /// The address it listens on.
+    pub fn local_addr(&self) -> SocketAddr {
+        self.local
+    }
+
+    /// `https` with TLS, else `http`.
+    pub fn scheme(&self) -> &'static str {
+        self.scheme
+    }
+
+    /// The handler.
+    pub fn handler(&self) -> &H {
+        &self.core.handler
+    }
+
+    /// The limits it serves with.
+    pub fn limits(&self) -> &Limits {
+        &self.core.limits
+    }
+
+    /// Connections open now.
+    pub fn connections(&self) -> usize {
+        self.core.connections.load(Ordering::Relaxed)
+    }
+
+    /// The runtime connections run on, to start an application's own tasks
+    /// there.
+    pub fn runtime(&self) -> &tokio::runtime::Handle {
+        self.runtime
+            .as_ref()
+            .map(tokio::runtime::Runtime::handle)
+            .expect("the runtime lives until shutdown, which consumes the server")
+    }
+
+    /// Stops accepting, lets requests in flight finish (up to
+    /// [`Limits::shutdown_timeout`]), then closes every connection.
+    pub fn shutdown(mut self) {
+        self.stop_now();
+    }
+
+    fn stop_now(&mut self) {
+        self.core.stopping.store(true, Ordering::SeqCst);
+        let _ = self.stop.send(true);
+        let Some(rt) = self.runtime.take() else {
+            return;
+        };
+        let wait = self.core.limits.shutdown_timeout;
+        let deadline = std::time::Instant::now() + wait;
+        if let Some(a) = self.accept.take() {
+            let _ = rt.block_on(async { timeout(wait, a).await });
+        }
+        while self.core.connections.load(Ordering::SeqCst) > 0
+            && std::time::Instant::now() < deadline
+        {
+            std::thread::sleep(Duration::from_millis(5));
+        }
+        rt.shutdown_timeout(Duration::from_millis(100));
+    }
+}
+
+impl<H: Handler> Drop for HttpServer<H> {
+    fn drop(&mut self) {
+        self.stop_now();
+    }
+}
+
+/// Counts a connection while it lives, whatever ends it (a panic too).
+struct Counted<H: Handler>(Arc<Core<H>>);
+
+impl<H: Handler> Drop for Counted<H> {
+    fn drop(&mut self) {
+        self.0.connections.fetch_sub(1, Ordering::SeqCst);
+    }
+}
+
+async fn accept_loop<H: Handler>(
+    core: Arc<Core<H>>,
+    listener: TcpListener,
+    tls: Option<Tls>,
+    mut stop: watch::Receiver<bool>,
+) {
+    loop {
+        let accepted = tokio::select! {
+            a = listener.accept() => a,
+            _ = stop.changed() => return,
+        };
+        let Ok((stream, _)) = accepted else {
+            // Out of descriptors or a connection reset before accept: wait a
+            // little rather than spin.
+            tokio::time::sleep(Duration::from_millis(5)).await;
+            continue;
+        };
+        if core.stopping.load(Ordering::SeqCst) {
+            return;
+        }
+        let _ = stream.set_nodelay(true);
+        let n = core.connections.fetch_add(1, Ordering::SeqCst);
+        let counted = Counted(core.clone());
+        if n >= core.limits.max_connections {
+            if tls.is_none() {
+                // Answered off the accept loop: a client that does not read
+                // must not hold it up.
+                tokio::spawn(async move {
+                    let mut s = stream;
+                    let mut out = Vec::new();
+                    conn::write_error(
+                        &counted.0,
+                        &mut out,
+                        &Response::error(503, "too many connections"),
+                    );
+                    let _ = timeout(Duration::from_secs(1), s.write_all(&out)).await;
+                    drop(counted);
+                });
+            }
+            // With TLS, a 503 would need a handshake first: too many
+            // connections means no time for one.
+            continue;
+        }
+        let stop = stop.clone();
+        let tls = tls.clone();
+        tokio::spawn(async move {
+            let core = &counted.0;
+            match tls {
+                None => conn::serve(core, stream, stop).await,
+                #[cfg(feature = "tls")]
+                Some(acceptor) => {
+                    // The handshake gets the time a request would.
+                    let hs = timeout(core.limits.request_timeout, acceptor.accept(stream)).await;
+                    if let Ok(Ok(tls_stream)) = hs {
+                        conn::serve(core, tls_stream, stop).await;
+                    }
+                }
+                #[cfg(not(feature = "tls"))]
+                Some(never) => match never {},
+            }
+        });
+    }
+}

@@ -1,0 +1,300 @@
+//! Responses, their serialization (status line, the core's headers, the
+//! handler's, gzip), and the `Date` header's cache.
+
+use std::borrow::Cow;
+use std::cell::Cell;
+use std::io::Write as _;
+
+/// `application/json; charset=UTF-8`.
+pub const JSON: &str = "application/json; charset=UTF-8";
+/// `text/plain; charset=utf-8`.
+pub const TEXT: &str = "text/plain; charset=utf-8";
+
+/// A response, as a handler returns it. The core adds `Server`, `Date`,
+/// `Content-Length`, the [`super::Handler::extra_headers`], `Connection:
+/// close` when it closes, and gzips a large body for a client that accepts
+/// it.
+#[derive(Debug, Clone)]
+pub struct Response {
+    /// The status code.
+    pub status: u16,
+    /// `Content-Type`; not sent when empty.
+    pub content_type: Cow<'static, str>,
+    /// The body (for `HEAD`, only its length is sent).
+    pub body: Vec<u8>,
+    /// More headers (e.g. `Location`). A name or value holding a line break
+    /// is not sent.
+    pub headers: Vec<(Cow<'static, str>, Cow<'static, str>)>,
+}
+
+impl Response {
+    /// A status with an empty body and no content type.
+    pub fn empty(status: u16) -> Self {
+        Response {
+            status,
+            content_type: Cow::Borrowed(""),
+            body: Vec::new(),
+            headers: Vec::new(),
+        }
+    }
+
+    /// 200 with this body and content type.
+    pub fn with(content_type: impl Into<Cow<'static, str>>, body: Vec<u8>) -> Self {
+        Response {
+            status: 200,
+            content_type: content_type.into(),
+            body,
+            headers: Vec::new(),
+        }
+    }
+
+    /// 200 with a JSON body ([`JSON`]).
+    pub fn json(body: Vec<u8>) -> Self {
+        Response::with(JSON, body)
+    }
+
+    /// 200 with a plain-text body ([`TEXT`]).
+    pub fn text(body: impl Into<Vec<u8>>) -> Self {
+        Response::with(TEXT, body.into())
+    }
+
+    /// An error as JSON: `{"errorCode":N,"errorText":"…"}` (the form the
+    /// core's own errors take, and mORMot's).
+    pub fn error(status: u16, text: &str) -> Self {
+        let mut body = Vec::with_capacity(40 + text.len());
+        body.extend_from_slice(b"{\"errorCode\":");
+        body.extend_from_slice(itoa::Buffer::new().format(status).as_bytes());
+        body.extend_from_slice(b",\"errorText\":");
+        burrow_core::json::write_str(&mut body, text);
+        body.push(b'}');
+        Response {
+            status,
+            ..Response::json(body)
+        }
+    }
+
+    /// Sets the content type.
+    pub fn with_type(mut self, content_type: impl Into<Cow<'static, str>>) -> Self {
+        self.content_type = content_type.into();
+        self
+    }
+
+    /// Sets the status.
+    pub fn status(mut self, status: u16) -> Self {
+        self.status = status;
+        self
+    }
+
+    /// Adds a header.
+    pub fn header(
+        mut self,
+        name: impl Into<Cow<'static, str>>,
+        value: impl Into<Cow<'static, str>>,
+    ) -> Self {
+        self.headers.push((name.into(), value.into()));
+        self
+    }
+}
+
+/// Where [`super::Handler::extra_headers`] writes its headers.
+pub struct Headers<'a>(&'a mut Vec<u8>);
+
+impl Headers<'_> {
+    /// Adds `name: value` (not sent if either holds a line break).
+    pub fn add(&mut self, name: &str, value: &[u8]) {
+        if !one_line(name.as_bytes()) || !one_line(value) {
+            return;
+        }
+        self.0.extend_from_slice(name.as_bytes());
+        self.0.extend_from_slice(b": ");
+        self.0.extend_from_slice(value);
+        self.0.extend_from_slice(b"\r\n");
+    }
+
+    /// Adds `name: n`.
+    pub fn number(&mut self, name: &str, n: u64) {
+        self.add(name, itoa::Buffer::new().format(n).as_bytes());
+    }
+}
+
+fn one_line(s: &[u8]) -> bool {
+    !s.iter().any(|&b| b == b'\r' || b == b'\n')
+}
+
+/// The reason phrase of a status.
+fn reason(status: u16) -> &'static str {
+    match status {
+        100 => "Continue",
+        200 => "OK",
+        201 => "Created",
+        204 => "No Content",
+        301 => "Moved Permanently",
+        302 => "Found",
+        304 => "Not Modified",
+        400 => "Bad Request",
+        401 => "Unauthorized",
+        403 => "Forbidden",
+        404 => "Not Found",
+        405 => "Method Not Allowed",
+        408 => "Request Timeout",
+        409 => "Conflict",
+        411 => "Length Required",
+        413 => "Payload Too Large",
+        415 => "Unsupported Media Type",
+        500 => "Internal Server Error",
+        501 => "Not Implemented",
+        503 => "Service Unavailable",
+        _ => "Unknown",
+    }
+}
+
+/// `Date` as HTTP writes it (IMF-fixdate): `Sun, 06 Nov 1994 08:49:37 GMT`.
+const DATE_LEN: usize = 29;
+
+thread_local! {
+    /// Each event-loop thread's `Date` text and the second it shows:
+    /// rendered again when the second changes, read without a lock.
+    static DATE: Cell<(i64, [u8; DATE_LEN])> = const { Cell::new((i64::MIN, [0; DATE_LEN])) };
+}
+
+/// Appends the `Date` value of now.
+pub(crate) fn write_date(out: &mut Vec<u8>) {
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| i64::try_from(d.as_secs()).unwrap_or(i64::MAX));
+    let (second, mut text) = DATE.get();
+    if second != now {
+        text = render_date(now);
+        DATE.set((now, text));
+    }
+    out.extend_from_slice(&text);
+}
+
+/// The `Date` text of a Unix time.
+pub(crate) fn render_date(unix: i64) -> [u8; DATE_LEN] {
+    let t = burrow_core::chrono::DateTime::from_timestamp(unix, 0).unwrap_or_default();
+    let mut out = [0u8; DATE_LEN];
+    let mut w = &mut out[..];
+    let _ = write!(w, "{}", t.format("%a, %d %b %Y %H:%M:%S GMT"));
+    out
+}
+
+/// How [`write`] writes one response.
+pub(crate) struct Framing<'a> {
+    /// A `HEAD` request: the length of the body, not the body.
+    pub head_only: bool,
+    /// The client accepts gzip.
+    pub gzip: bool,
+    /// Bodies from this size are gzipped when the client accepts it.
+    pub gzip_min: usize,
+    /// The connection closes after it.
+    pub close: bool,
+    /// The `Server` header.
+    pub server: &'a str,
+}
+
+/// Serializes `resp` (head and body) into `out`; `extra` adds the
+/// handler's headers.
+pub(crate) fn write(
+    out: &mut Vec<u8>,
+    resp: &Response,
+    how: &Framing<'_>,
+    extra: impl FnOnce(&mut Headers<'_>),
+) {
+    let gz = if how.gzip && resp.body.len() >= how.gzip_min {
+        gzip(&resp.body)
+    } else {
+        None
+    };
+    let body: &[u8] = gz.as_deref().unwrap_or(&resp.body);
+    out.extend_from_slice(b"HTTP/1.1 ");
+    out.extend_from_slice(itoa::Buffer::new().format(resp.status).as_bytes());
+    out.push(b' ');
+    out.extend_from_slice(reason(resp.status).as_bytes());
+    out.extend_from_slice(b"\r\nServer: ");
+    out.extend_from_slice(how.server.as_bytes());
+    out.extend_from_slice(b"\r\nDate: ");
+    write_date(out);
+    out.extend_from_slice(b"\r\n");
+    let mut h = Headers(out);
+    extra(&mut h);
+    if !resp.content_type.is_empty() {
+        h.add("Content-Type", resp.content_type.as_bytes());
+    }
+    if gz.is_some() {
+        h.add("Content-Encoding", b"gzip");
+        h.add("Vary", b"Accept-Encoding");
+    }
+    for (name, value) in &resp.headers {
+        h.add(name, value.as_bytes());
+    }
+    out.extend_from_slice(b"Content-Length: ");
+    out.extend_from_slice(itoa::Buffer::new().format(body.len()).as_bytes());
+    if how.close {
+        out.extend_from_slice(b"\r\nConnection: close");
+    }
+    out.extend_from_slice(b"\r\n\r\n");
+    if !how.head_only {
+        out.extend_from_slice(body);
+    }
+}
+
+fn gzip(body: &[u8]) -> Option<Vec<u8>> {
+    let mut enc = flate2::write::GzEncoder::new(
+        Vec::with_capacity(body.len() / 4),
+        flate2::Compression::fast(),
+    );
+    enc.write_all(body).ok()?;
+    enc.finish().ok()
+}
+
+#[cfg(test)]
+mod test {
+    use super::*;
+
+    fn date() -> String {
+        let mut out = Vec::new();
+        write_date(&mut out);
+        String::from_utf8(out).expect("ASCII")
+    }
+
+    #[test]
+    fn dates_render_as_http_dates_and_follow_the_clock() {
+        assert_eq!(&render_date(784_111_777), b"Sun, 06 Nov 1994 08:49:37 GMT");
+        let first = date();
+        assert_eq!(first.len(), DATE_LEN);
+        assert!(first.ends_with(" GMT"), "{first}");
+        let parsed =
+            burrow_core::chrono::NaiveDateTime::parse_from_str(&first, "%a, %d %b %Y %H:%M:%S GMT")
+                .expect("an IMF-fixdate");
+        let skew = burrow_core::chrono::Utc::now().naive_utc() - parsed;
+        assert!(skew.num_seconds().abs() <= 1, "{first}");
+        std::thread::sleep(std::time::Duration::from_millis(1100));
+        assert_ne!(date(), first, "the cached Date must not freeze");
+    }
+
+    #[test]
+    fn responses_carry_the_core_headers_and_drop_broken_ones() {
+        let mut out = Vec::new();
+        let r = Response::text("hi")
+            .header("Location", "a/1")
+            .header("X-Bad", "a\r\nInjected: 1");
+        let how = Framing {
+            head_only: false,
+            gzip: true,
+            gzip_min: 1000,
+            close: true,
+            server: "S",
+        };
+        write(&mut out, &r, &how, |h| h.number("X-State", 7));
+        let text = String::from_utf8(out).expect("text");
+        assert!(
+            text.starts_with("HTTP/1.1 200 OK\r\nServer: S\r\nDate: "),
+            "{text}"
+        );
+        assert!(text.ends_with(
+            "\r\nX-State: 7\r\nContent-Type: text/plain; charset=utf-8\r\nLocation: a/1\r\nContent-Length: 2\r\nConnection: close\r\n\r\nhi"
+        ), "{text}");
+        assert!(!text.contains("Injected"));
+    }
+}

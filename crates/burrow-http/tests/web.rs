@@ -1,0 +1,421 @@
+//! The server core with a tiny handler of its own, over raw sockets: what
+//! the core owns (framing, pipelining, limits, admission, `Date`) and what
+//! it leaves to the handler (routes, 404, 405).
+
+use std::io::{Read, Write};
+use std::net::{SocketAddr, TcpStream};
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use burrow_http::web::{Handler, Headers, HttpServer, Limits, Request, RequestHead, Response};
+
+/// What the test handler saw.
+#[derive(Default)]
+struct Seen {
+    calls: AtomicUsize,
+    closed: AtomicUsize,
+}
+
+struct Echo(Arc<Seen>);
+
+/// Per connection: the requests it carried so far, and where to count its
+/// end.
+#[derive(Default)]
+struct Count {
+    n: usize,
+    seen: Option<Arc<Seen>>,
+}
+
+impl Drop for Count {
+    fn drop(&mut self) {
+        if let Some(s) = &self.seen {
+            s.closed.fetch_add(1, Ordering::SeqCst);
+        }
+    }
+}
+
+impl Handler for Echo {
+    type Conn = Count;
+
+    fn admit(&self, conn: &mut Count, head: &RequestHead<'_>) -> Result<(), Response> {
+        conn.seen.get_or_insert_with(|| self.0.clone());
+        if head.path() == "/private" && head.header("x-key") != Some("open") {
+            return Err(Response::error(401, "no key"));
+        }
+        Ok(())
+    }
+
+    async fn call(&self, conn: &mut Count, req: Request) -> Response {
+        self.0.calls.fetch_add(1, Ordering::SeqCst);
+        conn.n += 1;
+        match (req.method(), req.path()) {
+            ("GET", "/echo") => {
+                let text = format!(
+                    "{} {} {}",
+                    conn.n,
+                    req.param("v").unwrap_or_default(),
+                    req.header("x-tag").unwrap_or("")
+                );
+                Response::text(text)
+            }
+            ("POST", "/echo" | "/private") => Response::with("application/octet-stream", req.body),
+            ("GET", "/slow") => {
+                tokio::time::sleep(Duration::from_millis(50)).await;
+                Response::text("slow")
+            }
+            ("GET", "/panic") => panic!("a handler bug"),
+            ("GET" | "HEAD", "/big") => Response::text(vec![b'x'; 10_000]),
+            (_, "/echo") => Response::error(405, "Method Not Allowed"),
+            _ => Response::error(404, "Not Found"),
+        }
+    }
+
+    fn extra_headers(&self, out: &mut Headers<'_>) {
+        out.number("X-Calls", self.0.calls.load(Ordering::SeqCst) as u64);
+    }
+}
+
+fn server_with(limits: Limits) -> (HttpServer<Echo>, Arc<Seen>) {
+    let seen = Arc::new(Seen::default());
+    let server = HttpServer::builder(Echo(seen.clone()))
+        .threads(2)
+        .server_name("Test")
+        .limits(limits)
+        .bind("127.0.0.1:0")
+        .expect("bind");
+    (server, seen)
+}
+
+fn server() -> (HttpServer<Echo>, Arc<Seen>) {
+    server_with(Limits::default())
+}
+
+#[derive(Debug)]
+struct Raw {
+    status: u16,
+    headers: Vec<(String, String)>,
+    body: Vec<u8>,
+}
+
+impl Raw {
+    fn header(&self, name: &str) -> Option<&str> {
+        self.headers
+            .iter()
+            .find(|(n, _)| n.eq_ignore_ascii_case(name))
+            .map(|(_, v)| v.as_str())
+    }
+
+    fn text(&self) -> String {
+        String::from_utf8_lossy(&self.body).into_owned()
+    }
+}
+
+struct Conn {
+    stream: TcpStream,
+    buf: Vec<u8>,
+}
+
+impl Conn {
+    fn open(addr: SocketAddr) -> Conn {
+        let stream = TcpStream::connect(addr).expect("connect");
+        stream
+            .set_read_timeout(Some(Duration::from_secs(10)))
+            .expect("timeout");
+        Conn {
+            stream,
+            buf: Vec::new(),
+        }
+    }
+
+    fn send(&mut self, bytes: &[u8]) {
+        self.stream.write_all(bytes).expect("write");
+    }
+
+    /// One response (the body of a `HEAD` one left out); `None` once the
+    /// server closed.
+    fn read_for(&mut self, head_only: bool) -> Option<Raw> {
+        loop {
+            let mut headers = [httparse::EMPTY_HEADER; 32];
+            let mut r = httparse::Response::new(&mut headers);
+            if let Ok(httparse::Status::Complete(n)) = r.parse(&self.buf) {
+                let headers: Vec<(String, String)> = r
+                    .headers
+                    .iter()
+                    .map(|h| {
+                        let v = String::from_utf8_lossy(h.value).into_owned();
+                        (h.name.to_owned(), v)
+                    })
+                    .collect();
+                let status = r.code.unwrap_or(0);
+                let len: usize = headers
+                    .iter()
+                    .find(|(n, _)| n.eq_ignore_ascii_case("content-length"))
+                    .and_then(|(_, v)| v.parse().ok())
+                    .unwrap_or(0);
+                let len = if head_only || status == 100 { 0 } else { len };
+                while self.buf.len() < n + len {
+                    if !self.fill() {
+                        return None;
+                    }
+                }
+                let body = self.buf[n..n + len].to_vec();
+                self.buf.drain(..n + len);
+                return Some(Raw {
+                    status,
+                    headers,
+                    body,
+                });
+            }
+            if !self.fill() {
+                return None;
+            }
+        }
+    }
+
+    fn read(&mut self) -> Option<Raw> {
+        self.read_for(false)
+    }
+
+    fn fill(&mut self) -> bool {
+        let mut chunk = [0u8; 16384];
+        match self.stream.read(&mut chunk) {
+            Ok(0) | Err(_) => false,
+            Ok(n) => {
+                self.buf.extend_from_slice(&chunk[..n]);
+                true
+            }
+        }
+    }
+
+    /// True when the server closed the connection (with nothing more sent).
+    fn closed(&mut self) -> bool {
+        !self.fill()
+    }
+
+    fn get(&mut self, target: &str) -> Raw {
+        self.send(format!("GET {target} HTTP/1.1\r\nHost: t\r\n\r\n").as_bytes());
+        self.read().expect("a response")
+    }
+}
+
+#[test]
+fn pipelined_requests_are_answered_in_order() {
+    let (server, seen) = server();
+    let mut c = Conn::open(server.local_addr());
+    let mut all = Vec::new();
+    for i in 0..20 {
+        // A slow one among them must not let a later one overtake it.
+        let target = if i == 3 {
+            "/slow".to_owned()
+        } else {
+            format!("/echo?v={i}")
+        };
+        all.extend_from_slice(
+            format!("GET {target} HTTP/1.1\r\nHost: t\r\nX-Tag: t{i}\r\n\r\n").as_bytes(),
+        );
+    }
+    all.extend_from_slice(b"POST /echo HTTP/1.1\r\nContent-Length: 5\r\n\r\nhello");
+    all.extend_from_slice(b"GET /echo?v=last HTTP/1.1\r\n\r\n");
+    c.send(&all);
+    for i in 0..20 {
+        let r = c.read().expect("a response");
+        assert_eq!(r.status, 200);
+        let want = if i == 3 {
+            "slow".to_owned()
+        } else {
+            format!("{} {i} t{i}", i + 1)
+        };
+        assert_eq!(r.text(), want);
+    }
+    assert_eq!(c.read().expect("a response").text(), "hello");
+    assert_eq!(c.read().expect("a response").text(), "22 last ");
+    assert_eq!(seen.calls.load(Ordering::SeqCst), 22);
+    // The connection's state lives with the connection.
+    let mut other = Conn::open(server.local_addr());
+    assert_eq!(other.get("/echo").text(), "1  ");
+    drop((c, other));
+    let t = Instant::now();
+    while seen.closed.load(Ordering::SeqCst) < 2 {
+        assert!(
+            t.elapsed() < Duration::from_secs(5),
+            "connection state dropped"
+        );
+        std::thread::sleep(Duration::from_millis(5));
+    }
+}
+
+#[test]
+fn every_response_carries_the_core_headers() {
+    let (server, _) = server();
+    let mut c = Conn::open(server.local_addr());
+    let r = c.get("/echo?v=a%20b+c");
+    assert_eq!(r.text(), "1 a b c ");
+    assert_eq!(r.header("Server"), Some("Test"));
+    assert_eq!(r.header("Content-Type"), Some("text/plain; charset=utf-8"));
+    assert_eq!(r.header("Content-Length"), Some("8"));
+    assert_eq!(r.header("X-Calls"), Some("1"));
+    let date = r.header("Date").expect("a Date");
+    let parsed =
+        burrow_core::chrono::NaiveDateTime::parse_from_str(date, "%a, %d %b %Y %H:%M:%S GMT")
+            .expect("an HTTP date");
+    let skew = burrow_core::chrono::Utc::now().naive_utc() - parsed;
+    assert!(skew.num_seconds().abs() <= 2, "{date}");
+    // HEAD: the length of the body, without it.
+    c.send(b"HEAD /big HTTP/1.1\r\n\r\n");
+    let r = c.read_for(true).expect("a response");
+    assert_eq!((r.status, r.header("Content-Length")), (200, Some("10000")));
+    assert_eq!(c.get("/echo").text(), "3  ", "nothing followed the head");
+    // gzip for a large body when accepted.
+    c.send(b"GET /big HTTP/1.1\r\nAccept-Encoding: br, gzip\r\n\r\n");
+    let r = c.read().expect("a response");
+    assert_eq!(r.header("Content-Encoding"), Some("gzip"));
+    assert!(r.body.len() < 1000);
+    // HTTP/1.0 closes unless asked otherwise.
+    c.send(b"GET /echo HTTP/1.0\r\n\r\n");
+    let r = c.read().expect("a response");
+    assert_eq!(r.header("Connection"), Some("close"));
+    assert!(c.closed());
+}
+
+#[test]
+fn routes_404_and_405_are_the_handlers() {
+    let (server, seen) = server();
+    let mut c = Conn::open(server.local_addr());
+    assert_eq!(c.get("/nope").status, 404);
+    c.send(b"BREW /echo HTTP/1.1\r\n\r\n");
+    assert_eq!(c.read().expect("a response").status, 405);
+    assert_eq!(c.get("/echo").status, 200, "the connection stays open");
+    assert_eq!(seen.calls.load(Ordering::SeqCst), 3);
+}
+
+#[test]
+fn a_malformed_request_gets_400_and_only_its_connection_closes() {
+    let (server, seen) = server();
+    let mut keep = Conn::open(server.local_addr());
+    assert_eq!(keep.get("/echo").status, 200);
+    for bad in [
+        &b"GARBAGE\r\n\r\n"[..],
+        b"GET /echo HTTP/1.1\r\nContent-Length: +2\r\n\r\nab",
+        b"GET /echo HTTP/1.1\r\nContent-Length: 2\r\nContent-Length: 3\r\n\r\nab",
+        b"GET /echo HTTP/1.1\r\nBad Header\r\n\r\n",
+        b"GET /echo HTTP/1.1\r\nTransfer-Encoding: chunked\r\n\r\n0\r\n\r\n",
+    ] {
+        let mut c = Conn::open(server.local_addr());
+        // A good request first: the bad one still closes the connection.
+        let mut bytes = b"GET /echo HTTP/1.1\r\n\r\n".to_vec();
+        bytes.extend_from_slice(bad);
+        c.send(&bytes);
+        assert_eq!(c.read().expect("the good one").status, 200);
+        let r = c.read().expect("an answer");
+        assert!(matches!(r.status, 400 | 411), "{bad:?}: {}", r.status);
+        assert_eq!(r.header("Connection"), Some("close"));
+        assert!(c.closed(), "{bad:?}");
+    }
+    assert_eq!(keep.get("/echo").status, 200);
+    assert_eq!(seen.calls.load(Ordering::SeqCst), 7);
+}
+
+#[test]
+fn oversize_heads_and_bodies_get_413() {
+    let (server, seen) = server_with(Limits {
+        max_header_bytes: 1024,
+        max_body_bytes: 100,
+        ..Limits::default()
+    });
+    let mut c = Conn::open(server.local_addr());
+    c.send(format!("GET /echo HTTP/1.1\r\nX-Big: {}\r\n\r\n", "a".repeat(2000)).as_bytes());
+    assert_eq!(c.read().expect("an answer").status, 413);
+    assert!(c.closed());
+    // A head that never ends is cut off at the limit too.
+    let mut c = Conn::open(server.local_addr());
+    c.send(format!("GET /echo HTTP/1.1\r\nX-Big: {}", "a".repeat(2000)).as_bytes());
+    assert_eq!(c.read().expect("an answer").status, 413);
+    let mut c = Conn::open(server.local_addr());
+    c.send(b"POST /echo HTTP/1.1\r\nContent-Length: 101\r\n\r\n");
+    assert_eq!(c.read().expect("an answer").status, 413);
+    assert!(c.closed());
+    let mut c = Conn::open(server.local_addr());
+    c.send(b"POST /echo HTTP/1.1\r\nContent-Length: 100\r\n\r\n");
+    c.send(&[b'y'; 100]);
+    assert_eq!(c.read().expect("an answer").body, vec![b'y'; 100]);
+    assert_eq!(seen.calls.load(Ordering::SeqCst), 1);
+}
+
+#[test]
+fn admit_refuses_before_the_body_is_read() {
+    let (server, seen) = server();
+    // A declared large body, never sent: the answer comes at once, and the
+    // connection closes rather than wait for it.
+    let mut c = Conn::open(server.local_addr());
+    let t = Instant::now();
+    c.send(b"POST /private HTTP/1.1\r\nContent-Length: 50000000\r\n\r\nsome");
+    let r = c.read().expect("an answer");
+    assert_eq!(r.status, 401);
+    assert!(c.closed());
+    assert!(t.elapsed() < Duration::from_secs(5));
+    // With Expect, no 100 Continue before a refusal.
+    let mut c = Conn::open(server.local_addr());
+    c.send(b"POST /private HTTP/1.1\r\nExpect: 100-continue\r\nContent-Length: 9\r\n\r\n");
+    assert_eq!(c.read().expect("an answer").status, 401);
+    // A refused request whose body is already here: skipped, and the
+    // connection serves the next one.
+    let mut c = Conn::open(server.local_addr());
+    c.send(b"POST /private HTTP/1.1\r\nContent-Length: 3\r\n\r\nabcGET /echo HTTP/1.1\r\n\r\n");
+    assert_eq!(c.read().expect("an answer").status, 401);
+    assert_eq!(c.read().expect("an answer").text(), "1  ");
+    assert_eq!(
+        seen.calls.load(Ordering::SeqCst),
+        1,
+        "refused ones never reach call"
+    );
+    // Admitted with Expect: 100 Continue, then the body.
+    let mut c = Conn::open(server.local_addr());
+    c.send(b"POST /private HTTP/1.1\r\nX-Key: open\r\nExpect: 100-continue\r\nContent-Length: 2\r\n\r\n");
+    assert_eq!(c.read().expect("an interim answer").status, 100);
+    c.send(b"ok");
+    assert_eq!(c.read().expect("an answer").text(), "ok");
+}
+
+#[test]
+fn a_panicking_handler_costs_its_connection_only() {
+    let (server, _) = server();
+    let mut c = Conn::open(server.local_addr());
+    let r = c.get("/panic");
+    assert_eq!(r.status, 500);
+    assert!(c.closed());
+    assert_eq!(Conn::open(server.local_addr()).get("/echo").status, 200);
+    let t = Instant::now();
+    while server.connections() > 0 {
+        assert!(
+            t.elapsed() < Duration::from_secs(5),
+            "connections counted down"
+        );
+        std::thread::sleep(Duration::from_millis(5));
+    }
+}
+
+#[test]
+fn connections_past_the_cap_get_503() {
+    let (server, _) = server_with(Limits {
+        max_connections: 1,
+        ..Limits::default()
+    });
+    let mut first = Conn::open(server.local_addr());
+    assert_eq!(first.get("/echo").status, 200);
+    let mut second = Conn::open(server.local_addr());
+    assert_eq!(second.read().expect("an answer").status, 503);
+    assert!(second.closed());
+    assert_eq!(first.get("/echo").status, 200);
+}
+
+#[test]
+fn shutdown_closes_idle_connections() {
+    let (server, _) = server();
+    let mut c = Conn::open(server.local_addr());
+    assert_eq!(c.get("/echo").status, 200);
+    let t = Instant::now();
+    server.shutdown();
+    assert!(t.elapsed() < Duration::from_secs(5));
+    assert!(c.closed());
+}
