@@ -408,15 +408,27 @@ pub fn write_row(
         out.push(b':');
         match c {
             Column::Id => write_i64(out, row.id()?),
-            Column::Field(f) => {
-                let field = &table.fields[*f];
-                let v = row.get(*f)?;
-                check_stored(field, &v).map_err(|e| e.at(table, *f))?;
-                write_value(out, Some(field), &v, dialect)
-            }
+            Column::Field(f) => write_stored(out, table, *f, &row.get(*f)?, dialect)?,
         }
     }
     out.push(b'}');
+    Ok(())
+}
+
+/// Appends the value an engine stored for field `idx`, once it is checked to
+/// read as a value of that field.
+fn write_stored(
+    out: &mut Vec<u8>,
+    table: &Table,
+    idx: usize,
+    v: &ValueRef<'_>,
+    dialect: JsonDialect,
+) -> Result<()> {
+    let field = &table.fields[idx];
+    // Converted once: the check and the writer then see the typed value.
+    let v = typed(Some(field), v);
+    check_stored(field, &v).map_err(|e| e.at(table, idx))?;
+    write_value(out, Some(field), &v, dialect);
     Ok(())
 }
 
@@ -538,10 +550,7 @@ impl<'a> ListWriter<'a> {
                 match c {
                     Column::Id => write_i64(out, row.id()?),
                     Column::Field(f) => {
-                        let field = &self.table.fields[*f];
-                        let v = row.get(*f)?;
-                        check_stored(field, &v).map_err(|e| e.at(self.table, *f))?;
-                        write_value(out, Some(field), &v, self.dialect)
+                        write_stored(out, self.table, *f, &row.get(*f)?, self.dialect)?
                     }
                 }
             }

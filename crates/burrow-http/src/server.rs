@@ -539,6 +539,11 @@ async fn dispatch(
         }
         _ => {}
     }
+    if let Some(open) = tx.as_ref().filter(|_| sh.inline && !is_slow_route(&req)) {
+        // In-process engines answer a call of their own transaction at once:
+        // it holds their locks, so nothing is waited for.
+        return safe_handle(sh, &req, who, Some(&open.tx));
+    }
     if let Some(open) = tx.take() {
         // The transaction goes to the pool thread with the request and comes
         // back with the answer; lost with a runtime shutting down, it drops
