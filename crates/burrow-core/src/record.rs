@@ -139,6 +139,13 @@ impl fmt::Display for ConvertError {
 }
 
 /// A Rust type that can be a record field.
+#[diagnostic::on_unimplemented(
+    message = "`{Self}` cannot be a record field",
+    label = "not a field type",
+    note = "field types: i32, i64, u32, f64, bool, String, Vec<u8>, Currency, NaiveDate, \
+            DateTime<Utc>, serde_json::Value, Ref<T>, and Option of each",
+    note = "any serde type can be stored as JSON: declare the field as `burrow::Json<{Self}>`"
+)]
 pub trait FieldType: Sized {
     /// How engines store it.
     const KIND: FieldKind;
