@@ -195,16 +195,6 @@ impl RawRow for LiteRow<'_, '_> {
             .0
             .get_ref(col)
             .map_err(|e| Error::engine(crate::ENGINE, e))?;
-        Ok(match v {
-            SqlValue::Null => ValueRef::Null,
-            SqlValue::Integer(i) => ValueRef::Int(i),
-            SqlValue::Real(f) => ValueRef::Real(f),
-            SqlValue::Text(t) => ValueRef::Text(
-                std::str::from_utf8(t)
-                    .map_err(|_| Error::engine(crate::ENGINE, "invalid UTF-8 in a text column"))?
-                    .into(),
-            ),
-            SqlValue::Blob(b) => ValueRef::Blob(b),
-        })
+        burrow_sqlite::loaded(v, crate::ENGINE)
     }
 }

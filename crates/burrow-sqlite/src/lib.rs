@@ -322,13 +322,21 @@ fn bind_params(
 }
 
 fn from_sql(v: SqlValue<'_>) -> Result<ValueRef<'_>> {
+    loaded(v, ENGINE)
+}
+
+/// A value SQLite holds as Burrow reads it (the inverse of [`stored`]): text
+/// must be UTF-8, else an error of `engine`. The external SQL layer reads
+/// SQLite files through it too.
+#[inline]
+pub fn loaded<'a>(v: SqlValue<'a>, engine: &'static str) -> Result<ValueRef<'a>> {
     Ok(match v {
         SqlValue::Null => ValueRef::Null,
         SqlValue::Integer(i) => ValueRef::Int(i),
         SqlValue::Real(f) => ValueRef::Real(f),
         SqlValue::Text(t) => ValueRef::Text(
             std::str::from_utf8(t)
-                .map_err(|e| Error::engine(ENGINE, format!("invalid UTF-8 in a text column: {e}")))?
+                .map_err(|e| Error::engine(engine, format!("invalid UTF-8 in a text column: {e}")))?
                 .into(),
         ),
         SqlValue::Blob(b) => ValueRef::Blob(b),
