@@ -394,6 +394,14 @@ impl Server {
     pub fn shutdown(self) {
         self.core.shutdown();
     }
+
+    /// Serves until the process gets Ctrl-C (SIGINT) or SIGTERM, then shuts
+    /// down gracefully: what a server's `main` ends with.
+    pub fn run_until_signal(self) -> Result<()> {
+        let r = self.core.wait_for_signal();
+        self.shutdown();
+        r.map_err(Error::Io)
+    }
 }
 
 /// A thread of its own that runs jobs in order: the batch parser's.

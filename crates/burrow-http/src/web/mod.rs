@@ -340,6 +340,34 @@ impl<H: Handler> HttpServer<H> {
         self.stop_now();
     }
 
+    /// Blocks until the process is asked to stop: Ctrl-C (SIGINT) or, on
+    /// Unix, SIGTERM (what `kill` and service managers send). The signals
+    /// are caught from the first call on, so they no longer end the process
+    /// by themselves: follow with [`HttpServer::shutdown`], or use
+    /// [`HttpServer::run_until_signal`].
+    pub fn wait_for_signal(&self) -> std::io::Result<()> {
+        self.runtime().block_on(async {
+            #[cfg(unix)]
+            {
+                use tokio::signal::unix::{signal, SignalKind};
+                let mut term = signal(SignalKind::terminate())?;
+                tokio::select! {
+                    r = tokio::signal::ctrl_c() => r,
+                    _ = term.recv() => Ok(()),
+                }
+            }
+            #[cfg(not(unix))]
+            tokio::signal::ctrl_c().await
+        })
+    }
+
+    /// Serves until Ctrl-C or SIGTERM, then shuts down gracefully.
+    pub fn run_until_signal(self) -> std::io::Result<()> {
+        let r = self.wait_for_signal();
+        self.shutdown();
+        r
+    }
+
     fn stop_now(&mut self) {
         self.core.stopping.store(true, Ordering::SeqCst);
         let _ = self.stop.send(true);
