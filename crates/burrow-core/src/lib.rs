@@ -20,6 +20,7 @@ pub mod json;
 mod orm;
 mod query;
 mod record;
+mod row;
 mod schema;
 mod storage;
 mod transaction;
@@ -31,10 +32,11 @@ pub use client::{Client, ClientBuilder, Model};
 pub use currency::{Currency, ParseCurrencyError, CURRENCY_SCALE};
 pub use error::{Error, ErrorKind, Result};
 pub use filter::{CmpOp, Expr, Filter, SqlStyle};
-pub use json::{JsonDialect, OwnedRow};
+pub use json::JsonDialect;
 pub use orm::Orm;
 pub use query::{Query, Select};
 pub use record::{ConvertError, FieldType, Fields, Json, Record, Ref, Row};
+pub use row::OwnedRow;
 pub use schema::{AutoTime, Column, Field, FieldKind, Table};
 pub use storage::{
     BatchItem, BatchOp, BatchResult, Caps, EngineTx, Placement, RowOps, SqlHost, Storage,

@@ -10,12 +10,12 @@ use std::sync::Arc;
 use burrow_core::chrono::{DateTime, Utc};
 use burrow_core::driver::same_engine;
 use burrow_core::{
-    json, AutoTime, BatchItem, BatchOp, BatchOptions, BatchResult, Client, Column, EngineTx, Error,
+    json, AutoTime, BatchItem, BatchOp, BatchOptions, BatchResult, Client, EngineTx, Error,
     FieldKind, Fields, Model, OwnedRow, Result, Storage, Table, Value, ValueRef,
 };
 
-use crate::reader::Reader;
 use crate::rest::status_of;
+use burrow_core::json::Reader;
 
 /// One field's value as read from a body: text that needed no unescaping
 /// stays in the body, anything else is owned.
@@ -487,37 +487,12 @@ fn object<'a>(
     cells: &mut Vec<Cell<'a>>,
 ) -> Result<(Rec, Vec<usize>)> {
     let mut rec = zero_row(t, cells);
-    let mut present = Vec::with_capacity(t.fields.len());
-    r.expect(b'{')?;
-    if r.eat(b'}') {
-        return Ok((rec, present));
-    }
-    loop {
-        let name = r.string()?;
-        r.expect(b':')?;
-        match t.column(&name) {
-            Some(Column::Id) => {
-                rec.id = r
-                    .id()?
-                    .ok_or_else(|| bad(format!("{}: ID must be a positive integer", t.name)))?;
-            }
-            Some(Column::Field(i)) => {
-                cells[rec.start + i] = cell(r, t, i)?;
-                if !present.contains(&i) {
-                    present.push(i);
-                }
-            }
-            None => {
-                return Err(Error::UnknownField {
-                    table: t.name,
-                    field: name.into_owned(),
-                })
-            }
-        }
-        if !r.more(b'}')? {
-            return Ok((rec, present));
-        }
-    }
+    let start = rec.start;
+    let present = json::read_members(r, t, &mut rec.id, |r, i| {
+        cells[start + i] = cell(r, t, i)?;
+        Ok(())
+    })?;
+    Ok((rec, present))
 }
 
 /// The `u{hex}`, `i{hex}` and bare `{hex}` forms.
@@ -1011,6 +986,58 @@ mod test {
                 String::from_utf8_lossy(bad)
             );
         }
+        Ok(())
+    }
+
+    /// mORMot clients send automatic times as TimeLog integers; a batch row
+    /// in any form takes every value a single `POST` takes, and refuses
+    /// what it refuses.
+    #[test]
+    fn batch_rows_read_values_as_a_single_post_does() -> Result<()> {
+        let mut m = Model::new();
+        m.add_table(&T);
+        let forms = [
+            "135654243328",
+            "0",
+            r#""2024-01-02T03:04:05""#,
+            r#""2024-01-02T03:04:05.25Z""#,
+            r#""""#,
+            "null",
+            "true",
+            r#""noon""#,
+            "-5",
+            "1.5",
+            "[1]",
+        ];
+        for form in forms {
+            let post = json::read_row(&T, format!(r#"{{"Changed":{form}}}"#).as_bytes());
+            for body in [
+                format!(r#"{{"Sample":["SIMPLE",["a","b",{form}]]}}"#),
+                format!(r#"{{"Sample":["POST",{{"A":"a","Changed":{form}}}]}}"#),
+                format!(r#"{{"Sample":["i04",[{form}]]}}"#),
+                format!(r#"["SIMPLE@Sample",["a","b",{form}],"SIMPLE@Sample",["c","d",{form}]]"#),
+            ] {
+                let batch = parse(&m, None, body.as_bytes());
+                match (&post, &batch) {
+                    (Ok((row, _)), Ok(p)) => {
+                        for op in 0..p.parts[0].ops.len() {
+                            let want = match &row.values[2] {
+                                Value::DateTime(t) => burrow_core::datetime::format_datetime(*t),
+                                other => format!("{other:?}"),
+                            };
+                            assert_eq!(text(p, op, 2), want, "{body}");
+                        }
+                    }
+                    (Err(_), Err(_)) => {}
+                    _ => panic!(
+                        "{body}: a POST gives {:?}, the batch {:?}",
+                        post.as_ref().map(|_| ()),
+                        batch.as_ref().map(|_| ())
+                    ),
+                }
+            }
+        }
+        assert!(json::read_row(&T, br#"{"Changed":135654243328}"#).is_ok());
         Ok(())
     }
 

@@ -20,7 +20,8 @@
 //!
 //! - [`Server`], [`ServerBuilder`], [`Limits`], [`Execution`]: the REST
 //!   server (`server.rs`: its handler, where calls run, transactions;
-//!   `rest.rs`: the routes; `batch.rs`: batch bodies, read by `reader.rs`;
+//!   `rest.rs`: the routes; `batch.rs`: batch bodies, read by burrow-core's
+//!   streaming [`burrow_core::json::Reader`];
 //!   `sql.rs`: the SELECT subset it accepts).
 //! - [`web`]: the HTTP/1.1 server core the REST server is a handler of, and
 //!   that an application can put its own [`web::Handler`] on (connections,
@@ -37,7 +38,6 @@ mod auth;
 mod batch;
 mod cache;
 mod client;
-mod reader;
 mod rest;
 mod server;
 mod sql;

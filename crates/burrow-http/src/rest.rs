@@ -423,8 +423,7 @@ fn blob(sh: &Ctx<'_>, who: Principal, t: &'static Table, id: i64, field: &str) -
 
 fn add(sh: &Ctx<'_>, req: &RestRequest, who: Principal, t: &'static Table) -> Outcome {
     check(sh, who, t, |r| r.create)?;
-    let obj = json_object(&req.body)?;
-    let (mut row, mut present) = OwnedRow::from_object(t, &obj, false).map_err(err)?;
+    let (mut row, mut present) = json::read_row(t, &req.body).map_err(err)?;
     batch::stamp_missing(&mut row, &mut present, true);
     let forced = (row.id > 0).then_some(row.id);
     let id = engine(sh, t)?.insert(t, forced, &row).map_err(err)?;
@@ -437,8 +436,7 @@ fn add(sh: &Ctx<'_>, req: &RestRequest, who: Principal, t: &'static Table) -> Ou
 
 fn update(sh: &Ctx<'_>, req: &RestRequest, who: Principal, t: &'static Table, id: i64) -> Outcome {
     check(sh, who, t, |r| r.update)?;
-    let obj = json_object(&req.body)?;
-    let (mut row, mut present) = OwnedRow::from_object(t, &obj, false).map_err(err)?;
+    let (mut row, mut present) = json::read_row(t, &req.body).map_err(err)?;
     if row.id != 0 && row.id != id {
         return Err(bad("the body's ID differs from the URI's"));
     }

@@ -1,23 +1,185 @@
-//! A strict, streaming JSON reader over a request body, turning values into
-//! a field's typed [`Value`] as they are met.
+//! Reading records and values from JSON: one streaming reader that every
+//! path goes through (the server's bodies and batches, the HTTP client's
+//! answers), so each accepts the same forms and words the same errors.
 //!
-//! Batch bodies carry thousands of rows; reading them without a JSON tree,
-//! and converting the common shapes (text, integers, amounts, ISO dates) in
-//! place, is what keeps a remote batch close to an in-process one. Anything
-//! unusual for its field goes through [`json::parse_value`], so the accepted
-//! forms and the error messages stay those of the rest of the server.
+//! Batch bodies carry thousands of rows and list answers as many; reading
+//! them without a JSON tree, and converting the common shapes (text,
+//! integers, amounts, ISO dates) in place, is what keeps a remote call close
+//! to an in-process one. A value in a form that is unusual for its field is
+//! read as a tree and goes through [`parse_value`], the one place that
+//! knows every accepted form.
 
 use std::borrow::Cow;
 
-use burrow_core::chrono::{DateTime, NaiveDate, NaiveTime, Utc};
-use burrow_core::datetime::{parse_date, parse_datetime};
-use burrow_core::{json, Currency, Error, FieldKind, Result, Table, Value};
+use chrono::{DateTime, NaiveDate, NaiveTime, Utc};
 use serde_json::Value as J;
+
+use crate::currency::Currency;
+use crate::datetime::{parse_date, parse_datetime};
+use crate::error::{Error, Result};
+use crate::row::OwnedRow;
+use crate::schema::{Column, Field, FieldKind, Table};
+use crate::value::Value;
+
+use super::base64::base64_decode;
+use super::timelog::from_timelog;
+use super::write::NON_FINITE;
+use super::BLOB_MAGIC;
+
+/// The value a field takes when an object written as a whole leaves it out:
+/// NULL when nullable, else the zero of its kind.
+pub fn zero_value(field: &Field) -> Value {
+    if field.nullable {
+        return Value::Null;
+    }
+    match field.kind {
+        FieldKind::I32 | FieldKind::I64 | FieldKind::U32 | FieldKind::Reference(_) => Value::Int(0),
+        FieldKind::F64 => Value::Real(0.0),
+        FieldKind::Bool => Value::Bool(false),
+        FieldKind::Currency => Value::Currency(Currency::ZERO),
+        FieldKind::Text => Value::Text(String::new()),
+        FieldKind::Json => Value::Text("null".into()),
+        FieldKind::Blob => Value::Blob(Vec::new()),
+        FieldKind::Date => Value::Date(NaiveDate::default()),
+        FieldKind::DateTime => Value::DateTime(DateTime::UNIX_EPOCH),
+    }
+}
+
+fn mismatch(
+    table: &Table,
+    field: &Field,
+    expected: &'static str,
+    found: &serde_json::Value,
+) -> Error {
+    let found = match found {
+        serde_json::Value::Null => "null".to_owned(),
+        serde_json::Value::Bool(_) => "a boolean".to_owned(),
+        serde_json::Value::Number(n) => format!("the number {n}"),
+        serde_json::Value::String(s) if s.chars().count() <= 40 => format!("the text {s:?}"),
+        serde_json::Value::String(_) => "a long text".to_owned(),
+        serde_json::Value::Array(_) => "an array".to_owned(),
+        serde_json::Value::Object(_) => "an object".to_owned(),
+    };
+    Error::TypeMismatch {
+        at: format!("{}.{}", table.name, field.name),
+        expected,
+        found,
+    }
+}
+
+/// Converts the JSON value of `field` (of `table`) to the field's canonical
+/// [`Value`], or says why it does not fit.
+pub fn parse_value(table: &Table, field: &Field, v: &serde_json::Value) -> Result<Value> {
+    use serde_json::Value as J;
+    let bad = |expected| mismatch(table, field, expected, v);
+    if v.is_null() {
+        return if field.nullable {
+            Ok(Value::Null)
+        } else if field.kind == FieldKind::Json {
+            // The document `null` itself: a JSON field holds any JSON value.
+            Ok(Value::Text("null".into()))
+        } else {
+            Err(bad("a value (the field is not nullable)"))
+        };
+    }
+    let unset = || zero_value(field);
+    Ok(match field.kind {
+        FieldKind::I64 | FieldKind::Reference(_) => {
+            Value::Int(v.as_i64().ok_or_else(|| bad("an integer"))?)
+        }
+        FieldKind::I32 => Value::Int(
+            v.as_i64()
+                .filter(|i| i32::try_from(*i).is_ok())
+                .ok_or_else(|| bad("a 32-bit integer"))?,
+        ),
+        FieldKind::U32 => Value::Int(
+            v.as_i64()
+                .filter(|i| u32::try_from(*i).is_ok())
+                .ok_or_else(|| bad("an unsigned 32-bit integer"))?,
+        ),
+        FieldKind::F64 => Value::Real(match v {
+            J::String(t) => NON_FINITE
+                .iter()
+                .find(|(name, _)| name == t)
+                .map(|(_, x)| *x)
+                .ok_or_else(|| bad("a number"))?,
+            _ => v.as_f64().ok_or_else(|| bad("a number"))?,
+        }),
+        FieldKind::Bool => match v {
+            J::Bool(b) => Value::Bool(*b),
+            J::Number(n) if n.as_i64() == Some(0) => Value::Bool(false),
+            J::Number(n) if n.as_i64() == Some(1) => Value::Bool(true),
+            _ => return Err(bad("a boolean")),
+        },
+        FieldKind::Currency => {
+            let c = match v {
+                J::Number(n) => match n.as_i64() {
+                    Some(i) => Currency::from_int(i),
+                    // Exact: more than four decimals is refused, not rounded.
+                    None => n.to_string().parse::<Currency>().ok(),
+                },
+                J::String(s) => s.parse::<Currency>().ok(),
+                _ => None,
+            };
+            Value::Currency(c.ok_or_else(|| bad("an amount with at most 4 decimals"))?)
+        }
+        FieldKind::Text => match v {
+            J::String(s) => Value::Text(s.clone()),
+            _ => return Err(bad("text")),
+        },
+        FieldKind::Json => Value::Text(v.to_string()),
+        FieldKind::Blob => match v {
+            J::String(s) => {
+                let b64 = s.strip_prefix(BLOB_MAGIC).unwrap_or(s);
+                Value::Blob(base64_decode(b64).ok_or_else(|| bad("Base64 blob"))?)
+            }
+            _ => return Err(bad("a Base64 blob")),
+        },
+        FieldKind::Date => match v {
+            J::String(s) if s.is_empty() => unset(),
+            J::String(s) => Value::Date(
+                parse_date(s)
+                    .or_else(|| parse_datetime(s).map(|t| t.date_naive()))
+                    .ok_or_else(|| bad("a date YYYY-MM-DD"))?,
+            ),
+            _ => return Err(bad("a date YYYY-MM-DD")),
+        },
+        FieldKind::DateTime => match v {
+            J::String(s) if s.is_empty() => unset(),
+            J::String(s) => {
+                Value::DateTime(parse_datetime(s).ok_or_else(|| bad("an ISO 8601 date-time"))?)
+            }
+            J::Number(n) => match n.as_i64() {
+                Some(0) => unset(),
+                Some(i) => {
+                    Value::DateTime(from_timelog(i).ok_or_else(|| bad("a TimeLog integer"))?)
+                }
+                None => return Err(bad("a TimeLog integer")),
+            },
+            _ => return Err(bad("an ISO 8601 date-time")),
+        },
+    })
+}
+
+/// Reads an ID: a positive JSON integer, or a string of digits.
+pub fn parse_id(v: &serde_json::Value) -> Option<i64> {
+    match v {
+        serde_json::Value::Number(n) => n.as_i64(),
+        serde_json::Value::String(s) => s.parse().ok(),
+        _ => None,
+    }
+    .filter(|id| *id > 0)
+}
+
+// ---------------------------------------------------------------- the reader
 
 /// How deeply arrays and objects may nest (as serde_json allows).
 const MAX_DEPTH: u32 = 128;
 
-pub(crate) struct Reader<'a> {
+/// A strict JSON reader over one body, reading it in place: strings come
+/// borrowed from the body unless they hold escapes, and a field's value is
+/// converted to the field's kind as it is met.
+pub struct Reader<'a> {
     s: &'a str,
     pos: usize,
     /// The last date-time read and its text: the rows of a batch share their
@@ -26,6 +188,7 @@ pub(crate) struct Reader<'a> {
 }
 
 impl<'a> Reader<'a> {
+    /// A reader at the start of `s`.
     pub fn new(s: &'a str) -> Self {
         Reader {
             s,
@@ -40,6 +203,7 @@ impl<'a> Reader<'a> {
 
     #[cold]
     #[inline(never)]
+    /// A [`Error::BadInput`] saying `what` was expected where the reader stands.
     pub fn fail<T>(&self, what: &str) -> Result<T> {
         Err(Error::BadInput(format!("{what} at byte {}", self.pos)))
     }
@@ -72,6 +236,7 @@ impl<'a> Reader<'a> {
         }
     }
 
+    /// Consumes `c`, which must come next (after whitespace).
     pub fn expect(&mut self, c: u8) -> Result<()> {
         if self.eat(c) {
             Ok(())
@@ -506,7 +671,7 @@ impl<'a> Reader<'a> {
                     };
                     return match fast {
                         Some(v) => Ok(v),
-                        None => json::parse_value(table, f, &J::String(s.into_owned())),
+                        None => parse_value(table, f, &J::String(s.into_owned())),
                     };
                 }
                 Some(b'-' | b'0'..=b'9') => {
@@ -535,13 +700,13 @@ impl<'a> Reader<'a> {
                             return Ok(Value::Currency(c));
                         }
                     }
-                    return json::parse_value(table, f, &v);
+                    return parse_value(table, f, &v);
                 }
                 _ => {}
             }
         }
         let v = self.tree()?;
-        json::parse_value(table, f, &v)
+        parse_value(table, f, &v)
     }
 }
 
@@ -721,8 +886,9 @@ fn iso_datetime(b: &[u8]) -> Option<DateTime<Utc>> {
 fn plain_end(b: &[u8], mut i: usize) -> std::result::Result<usize, usize> {
     loop {
         while let Some(chunk) = b.get(i..i + 8) {
-            let found =
-                json::needs_escape(u64::from_le_bytes(chunk.try_into().expect("eight bytes")));
+            let found = super::write::needs_escape(u64::from_le_bytes(
+                chunk.try_into().expect("eight bytes"),
+            ));
             if found != 0 {
                 i += found.trailing_zeros() as usize / 8;
                 break;
@@ -735,6 +901,179 @@ fn plain_end(b: &[u8], mut i: usize) -> std::result::Result<usize, usize> {
             Some(_) => i += 1,
         }
     }
+}
+
+// ---------------------------------------------------------------- records
+
+/// Reads the members of a JSON object naming fields of `table`: an `ID` (or
+/// `RowID`) member goes to `id`, each field's value to `field(reader, index)`.
+/// Returns the fields named, in the order first met. A member that is not a
+/// column of the table is an [`Error::UnknownField`].
+pub fn read_members<'a>(
+    r: &mut Reader<'a>,
+    table: &'static Table,
+    id: &mut i64,
+    mut field: impl FnMut(&mut Reader<'a>, usize) -> Result<()>,
+) -> Result<Vec<usize>> {
+    let mut present = Vec::with_capacity(table.fields.len());
+    if r.peek() != Some(b'{') {
+        return r.fail("expected an object");
+    }
+    r.expect(b'{')?;
+    if r.eat(b'}') {
+        return Ok(present);
+    }
+    loop {
+        let name = r.string()?;
+        r.expect(b':')?;
+        match table.column(&name) {
+            Some(Column::Id) => {
+                *id = r.id()?.ok_or_else(|| {
+                    Error::BadInput(format!("{}: ID must be a positive integer", table.name))
+                })?;
+            }
+            Some(Column::Field(i)) => {
+                field(r, i)?;
+                if !present.contains(&i) {
+                    present.push(i);
+                }
+            }
+            None => {
+                return Err(Error::UnknownField {
+                    table: table.name,
+                    field: name.into_owned(),
+                })
+            }
+        }
+        if !r.more(b'}')? {
+            return Ok(present);
+        }
+    }
+}
+
+/// The text of a body, which JSON requires to be UTF-8.
+fn body_text(body: &[u8]) -> Result<&str> {
+    std::str::from_utf8(body).map_err(|e| {
+        Error::BadInput(format!(
+            "the JSON is not UTF-8 (at byte {})",
+            e.valid_up_to()
+        ))
+    })
+}
+
+/// Reads a row of `table` from a body holding one JSON object: fields it
+/// leaves out keep their zero value (see [`zero_value`]), and the fields it
+/// names are returned beside the row, in the order first met.
+pub fn read_row(table: &'static Table, body: &[u8]) -> Result<(OwnedRow, Vec<usize>)> {
+    let mut r = Reader::new(body_text(body)?);
+    let mut row = OwnedRow::zero(table);
+    let present = read_members(&mut r, table, &mut row.id, |r, i| {
+        row.values[i] = r.field(table, i)?;
+        Ok(())
+    })?;
+    r.end()?;
+    Ok((row, present))
+}
+
+/// Parses a list in either form (expanded array of objects, or compact
+/// `fieldCount`/`values`), each row holding the fields the list names and zero
+/// values elsewhere. Rows without an `ID` column get ID 0.
+pub fn parse_list(table: &'static Table, body: &[u8]) -> Result<Vec<OwnedRow>> {
+    let mut r = Reader::new(body_text(body)?);
+    let rows = match r.peek() {
+        Some(b'[') => {
+            let mut rows = Vec::new();
+            let mut more = r.open_array()?;
+            while more {
+                let mut row = OwnedRow::zero(table);
+                read_members(&mut r, table, &mut row.id, |r, i| {
+                    row.values[i] = r.field(table, i)?;
+                    Ok(())
+                })?;
+                rows.push(row);
+                more = r.more(b']')?;
+            }
+            rows
+        }
+        Some(b'{') => compact(&mut r, table)?,
+        _ => return r.fail("a list is an array or a compact object"),
+    };
+    r.end()?;
+    Ok(rows)
+}
+
+/// The compact form, `{"fieldCount":N,"values":[N column names, then the
+/// cells row after row],"rowCount":M}`; its members may come in any order.
+fn compact(r: &mut Reader<'_>, table: &'static Table) -> Result<Vec<OwnedRow>> {
+    let mut n: Option<usize> = None;
+    let mut rows = None;
+    let mut values_later = None;
+    r.expect(b'{')?;
+    let mut more = !r.eat(b'}');
+    while more {
+        let name = r.string()?;
+        r.expect(b':')?;
+        match (&*name, n) {
+            ("fieldCount", _) => {
+                let count = usize::try_from(r.unsigned()?).unwrap_or(usize::MAX);
+                if count == 0 {
+                    return Err(Error::BadInput("a compact list of 0 fields".into()));
+                }
+                n = Some(count);
+            }
+            // The usual order: the cells are read where they stand.
+            ("values", Some(n)) => rows = Some(compact_values(r, table, n)?),
+            ("values", None) => values_later = Some(r.raw()?),
+            _ => {
+                r.raw()?;
+            }
+        }
+        more = r.more(b'}')?;
+    }
+    let n = n.ok_or_else(|| Error::BadInput("a compact list without fieldCount".into()))?;
+    match (rows, values_later) {
+        (Some(rows), _) => Ok(rows),
+        (None, Some(raw)) => compact_values(&mut Reader::new(raw), table, n),
+        (None, None) => Err(Error::BadInput("a compact list without values".into())),
+    }
+}
+
+/// The `values` array of a compact list of `n` columns.
+fn compact_values(r: &mut Reader<'_>, table: &'static Table, n: usize) -> Result<Vec<OwnedRow>> {
+    let short = || Error::BadInput("a compact list of the wrong length".into());
+    let mut cols = Vec::with_capacity(n.min(table.fields.len() + 1));
+    let mut more = r.open_array()?;
+    while cols.len() < n {
+        if !more {
+            return Err(short());
+        }
+        let name = r.string()?;
+        cols.push(table.column(&name).ok_or_else(|| Error::UnknownField {
+            table: table.name,
+            field: name.into_owned(),
+        })?);
+        more = r.more(b']')?;
+    }
+    let mut rows = Vec::new();
+    while more {
+        let mut row = OwnedRow::zero(table);
+        for (k, c) in cols.iter().enumerate() {
+            if k > 0 && !r.more(b']')? {
+                return Err(short());
+            }
+            match c {
+                Column::Id => {
+                    row.id = r.id()?.ok_or_else(|| {
+                        Error::BadInput("a row's ID is not a positive integer".into())
+                    })?
+                }
+                Column::Field(i) => row.values[*i] = r.field(table, *i)?,
+            }
+        }
+        rows.push(row);
+        more = r.more(b']')?;
+    }
+    Ok(rows)
 }
 
 #[cfg(test)]
@@ -801,7 +1140,7 @@ mod test {
 
     #[test]
     fn common_shapes_agree_with_the_general_path() -> Result<()> {
-        use burrow_core::Field;
+        use crate::schema::Field;
         static T: Table = Table {
             name: "T",
             fields: &[

@@ -1,0 +1,320 @@
+use super::write::{write_currency, CURRENCY_EXACT_AS_NUMBER};
+use super::*;
+use crate::currency::Currency;
+use crate::datetime::{parse_datetime, write_date, write_datetime, DATETIME_BUF};
+use crate::error::Result;
+use crate::row::OwnedRow;
+use crate::schema::{AutoTime, Column, Field, FieldKind, Table};
+use crate::value::{Value, ValueRef};
+
+const fn f(name: &'static str, kind: FieldKind, auto: AutoTime, nullable: bool) -> Field {
+    let f = Field::new(name, kind).auto(auto);
+    if nullable {
+        f.nullable()
+    } else {
+        f
+    }
+}
+
+static T: Table = Table {
+    name: "Sample",
+    fields: &[
+        f("Name", FieldKind::Text, AutoTime::No, false),
+        f("Amount", FieldKind::Currency, AutoTime::No, false),
+        f("Born", FieldKind::Date, AutoTime::No, true),
+        f("Changed", FieldKind::DateTime, AutoTime::Modified, false),
+        f("Data", FieldKind::Blob, AutoTime::No, false),
+        f("Doc", FieldKind::Json, AutoTime::No, false),
+    ],
+};
+
+fn row() -> OwnedRow {
+    OwnedRow {
+        table: &T,
+        id: 7,
+        values: vec![
+            Value::Text("A \"q\"\n\u{1}".into()),
+            Value::Currency("12.5".parse().unwrap()),
+            Value::Null,
+            Value::DateTime(parse_datetime("2024-03-04T05:06:07.25").unwrap()),
+            Value::Blob(vec![0, 1, 2, 250]),
+            Value::Text(r#"{"a":[1,2]}"#.into()),
+        ],
+    }
+}
+
+#[test]
+fn timelog_round_trips() {
+    let t = parse_datetime("2024-02-29T23:59:58").unwrap();
+    assert_eq!(from_timelog(to_timelog(t)), Some(t));
+    assert_eq!(
+        to_timelog(t),
+        58 | 59 << 6 | 23 << 12 | 28 << 17 | 1 << 22 | 2024 << 26
+    );
+    assert_eq!(from_timelog(-1), None);
+}
+
+#[test]
+fn mormot_and_exact_dialects() -> Result<()> {
+    let cols: Vec<Column> = std::iter::once(Column::Id)
+        .chain((0..T.fields.len()).map(Column::Field))
+        .collect();
+    let mut out = Vec::new();
+    write_row(&mut out, &T, &row(), &cols, JsonDialect::Mormot)?;
+    let s = String::from_utf8(out).unwrap();
+    let tl = to_timelog(parse_datetime("2024-03-04T05:06:07").unwrap());
+    assert_eq!(
+        s,
+        format!(
+            r#"{{"ID":7,"Name":"A \"q\"\n\u0001","Amount":12.5,"Born":null,"Changed":{tl},"Data":"{BLOB_MAGIC}AAEC+g==","Doc":{{"a":[1,2]}}}}"#
+        )
+    );
+    let mut exact = Vec::new();
+    write_row(&mut exact, &T, &row(), &cols, JsonDialect::Exact)?;
+    let (back, present) = read_row(&T, &exact)?;
+    assert_eq!(back, row());
+    assert_eq!(present, (0..T.fields.len()).collect::<Vec<_>>());
+    Ok(())
+}
+
+#[test]
+fn compact_lists_in_any_member_order_and_refused_when_malformed() -> Result<()> {
+    let want = parse_list(
+        &T,
+        br#"{"fieldCount":2,"values":["ID","Name","7","a",8,"b"],"rowCount":2}"#,
+    )?;
+    assert_eq!(want.len(), 2);
+    assert_eq!(
+        (want[0].id, &want[1].values[0]),
+        (7, &Value::Text("b".into()))
+    );
+    for body in [
+        &br#"{"rowCount":2,"values":["ID","Name",7,"a",8,"b"],"fieldCount":2}"#[..],
+        br#" { "values" : [ "ID" , "Name" , 7 , "a" , 8 , "b" ] , "fieldCount" : 2 } "#,
+        br#"[{"ID":7,"Name":"a"},{"Name":"b","RowID":8}]"#,
+    ] {
+        assert_eq!(
+            parse_list(&T, body)?,
+            want,
+            "{}",
+            String::from_utf8_lossy(body)
+        );
+    }
+    for bad in [
+        &br#"{"fieldCount":2,"values":["ID","Name",7]}"#[..],
+        br#"{"fieldCount":2,"values":["ID","Name",7,"a",8]}"#,
+        br#"{"fieldCount":2,"values":["ID"]}"#,
+        br#"{"fieldCount":0,"values":[]}"#,
+        br#"{"values":["ID","Name",7,"a"]}"#,
+        br#"{"fieldCount":2}"#,
+        br#"{"fieldCount":2,"values":["ID","Nope",7,"a"]}"#,
+        br#"{"fieldCount":2,"values":["ID","Name",-7,"a"]}"#,
+        br#"{"fieldCount":2,"values":["ID","Name",7,"a"]} x"#,
+        br#"[{"ID":7,"Name":"a"},]"#,
+        br#"[{"ID":7,"Name":1}]"#,
+        br#"[{"ID":7,"Nope":"a"}]"#,
+        br#"[7]"#,
+        br#""a list""#,
+        b"[{\"Name\":\"\xff\"}]",
+    ] {
+        assert!(
+            parse_list(&T, bad).is_err(),
+            "{}",
+            String::from_utf8_lossy(bad)
+        );
+    }
+    Ok(())
+}
+
+/// The reader converts the common shapes in place and leaves the rest to
+/// [`parse_value`]: for every form, it agrees with converting the value's tree.
+#[test]
+fn the_streaming_reader_agrees_with_the_value_converter() {
+    let forms = [
+        "0",
+        "1",
+        "-1",
+        "12.5",
+        "1e3",
+        "-0",
+        "0.00001",
+        "99999999999999.9999",
+        "135654243328",
+        "true",
+        "false",
+        "null",
+        r#""""#,
+        r#""12.5""#,
+        r#""x""#,
+        r#""2024-03-04""#,
+        r#""2024-03-04T05:06:07""#,
+        r#""2024-03-04T05:06:07.5Z""#,
+        r#""\uFFF0AAEC+g==""#,
+        r#""AAEC""#,
+        r#""Infinity""#,
+        "[1,{\"a\":null}]",
+        r#"{"a":1}"#,
+    ];
+    for (idx, field) in T.fields.iter().enumerate() {
+        for form in forms {
+            let tree: serde_json::Value = serde_json::from_str(form).unwrap();
+            let mut general = parse_value(&T, field, &tree);
+            // A number's tree holds a double; the reader takes an amount from
+            // its digits, exactly, where a double would round it.
+            if let (FieldKind::Currency, Ok(c)) = (field.kind, form.parse::<Currency>()) {
+                general = Ok(Value::Currency(c));
+            }
+            let body = format!(r#"{{"{}":{form}}}"#, field.name);
+            let streamed = read_row(&T, body.as_bytes()).map(|(r, _)| r.values[idx].clone());
+            match (&general, &streamed) {
+                (Ok(a), Ok(b)) => assert_eq!(a, b, "{}: {form}", field.name),
+                (Err(_), Err(_)) => {}
+                _ => panic!("{}: {form}: {general:?} against {streamed:?}", field.name),
+            }
+        }
+    }
+}
+
+#[test]
+fn lists_in_both_forms() -> Result<()> {
+    let cols = [Column::Id, Column::Field(0)];
+    for compact in [false, true] {
+        let mut out = Vec::new();
+        let mut w = ListWriter::begin(&mut out, &T, &cols, compact, JsonDialect::Exact);
+        w.row(&mut out, &row())?;
+        w.row(&mut out, &row())?;
+        w.finish(&mut out);
+        assert!(out.ends_with(b"\n"));
+        let rows = parse_list(&T, &out)?;
+        assert_eq!(rows.len(), 2);
+        assert_eq!(rows[1].id, 7);
+        assert_eq!(rows[1].values[0], row().values[0]);
+    }
+    let mut out = Vec::new();
+    ListWriter::begin(&mut out, &T, &cols, false, JsonDialect::Exact).finish(&mut out);
+    assert_eq!(
+        out,
+        b"{\"fieldCount\":2,\"values\":[\"ID\",\"Name\"],\"rowCount\":0}\n"
+    );
+    assert!(parse_list(&T, &out)?.is_empty());
+    Ok(())
+}
+
+#[test]
+fn refuses_wrong_types() {
+    let bad = [
+        r#"{"Name":1}"#,
+        r#"{"Amount":"x"}"#,
+        r#"{"Amount":1.23456}"#,
+        r#"{"Born":"2024-13-01"}"#,
+        r#"{"Name":null}"#,
+        r#"{"Nope":1}"#,
+        r#"{"ID":-3}"#,
+        r#"{"Data":"*"}"#,
+    ];
+    for b in bad {
+        let v: serde_json::Value = serde_json::from_str(b).unwrap();
+        assert!(
+            OwnedRow::from_object(&T, v.as_object().unwrap(), true).is_err(),
+            "{b}"
+        );
+    }
+}
+
+#[test]
+fn direct_writers_match_the_general_ones() {
+    for scaled in [
+        0,
+        1,
+        -1,
+        5000,
+        -100,
+        12_345_678,
+        10_000,
+        -10_000,
+        123_450,
+        i64::MAX,
+        i64::MIN,
+    ] {
+        let c = Currency::from_scaled(scaled);
+        let mut out = Vec::new();
+        write_currency(&mut out, c);
+        let text = String::from_utf8(out).unwrap();
+        // Beyond what a double holds exactly, an amount is a string.
+        let want = if scaled.unsigned_abs() > CURRENCY_EXACT_AS_NUMBER {
+            format!("\"{c}\"")
+        } else {
+            c.to_string()
+        };
+        assert_eq!(text, want);
+    }
+    let plain = f("When", FieldKind::DateTime, AutoTime::No, false);
+    for s in [
+        "2024-02-29T23:59:58",
+        "2024-02-29T23:59:58.5",
+        "0001-01-01T00:00:00.000000001",
+        "9999-12-31T23:59:59.999999999",
+        "1999-12-31T12:34:56.12345",
+        "-0044-03-15T12:30:15.000000005",
+        "+10000-01-01T00:00:00",
+        "2016-12-31T23:59:60.5",
+    ] {
+        let t = parse_datetime(s).unwrap();
+        let mut buf = [0; DATETIME_BUF];
+        let full = write_datetime(t, &mut buf);
+        for (dialect, want) in [
+            (JsonDialect::Exact, full),
+            (JsonDialect::Mormot, full.split('.').next().unwrap()),
+        ] {
+            let mut out = Vec::new();
+            write_value(&mut out, Some(&plain), &ValueRef::DateTime(t), dialect);
+            assert_eq!(
+                String::from_utf8(out).unwrap(),
+                format!("\"{want}\""),
+                "{s}"
+            );
+        }
+        let d = t.date_naive();
+        let mut out = Vec::new();
+        write_value(&mut out, None, &ValueRef::Date(d), JsonDialect::Exact);
+        let mut buf = [0; DATETIME_BUF];
+        assert_eq!(
+            String::from_utf8(out).unwrap(),
+            format!("\"{}\"", write_date(d, &mut buf))
+        );
+    }
+    let mut simple = SimpleWriter::new();
+    let mut r = row();
+    for dialect in [JsonDialect::Exact, JsonDialect::Mormot] {
+        for _ in 0..2 {
+            let (mut a, mut b) = (Vec::new(), Vec::new());
+            simple.write(&mut a, &r, dialect);
+            write_simple(&mut b, &r, dialect);
+            assert_eq!(a, b);
+            r.values[3] = Value::DateTime(parse_datetime("2024-03-04T05:06:08.5").unwrap());
+        }
+    }
+    for s in [
+        "",
+        "plain text",
+        "\"quoted\" and \\ more than eight",
+        "ctl\u{1f}\u{7f}é\t",
+    ] {
+        let mut out = Vec::new();
+        write_str(&mut out, s);
+        assert_eq!(out, serde_json::to_vec(s).unwrap(), "{s:?}");
+    }
+}
+
+#[test]
+fn base64_round_trips() {
+    for n in 0..10 {
+        let data: Vec<u8> = (0..n).map(|i| (i * 37) as u8).collect();
+        let mut out = Vec::new();
+        base64_encode(&mut out, &data);
+        assert_eq!(
+            base64_decode(std::str::from_utf8(&out).unwrap()),
+            Some(data)
+        );
+    }
+}
