@@ -43,7 +43,7 @@ pub use storage::{
     DEFAULT_LOCK_TIMEOUT,
 };
 pub use transaction::Transaction;
-pub use value::{Value, ValueRef};
+pub use value::{Params, Value, ValueRef};
 
 /// What engine authors and servers share, apart from what applications use.
 pub mod driver {

@@ -7,7 +7,7 @@ use crate::query::{Query, Select};
 use crate::record::Record;
 use crate::schema::Table;
 use crate::storage::{BatchItem, BatchResult, RowOps, SqlHost};
-use crate::value::Value;
+use crate::value::{Params, Value};
 
 /// Typed reads and writes of records, and batches: what the in-process
 /// [`crate::Client`] and an open [`crate::Transaction`] both answer.
@@ -39,10 +39,10 @@ pub trait Orm {
     /// The `T`s a read-only SQL statement returns (its columns matched to `T`'s
     /// ID and fields by name), with `params` bound to its `?` in order. The SQL
     /// runs on [`Orm::sql_engine`], so it may join tables of every engine.
-    fn sql_list<T: Record>(&self, sql: &str, params: &[Value]) -> Result<Vec<T>> {
+    fn sql_list<T: Record>(&self, sql: &str, params: impl Params) -> Result<Vec<T>> {
         let mut out = Vec::new();
         self.sql_host()?
-            .sql_select(T::table(), sql, params, &mut |row| {
+            .sql_select(T::table(), sql, params.as_values(), &mut |row| {
                 out.push(T::from_row(row)?);
                 Ok(())
             })?;
@@ -87,8 +87,13 @@ pub trait Orm {
     }
 
     /// The first `T` matching `where_text` (with `?` bound to `params`), if any.
-    fn retrieve_where<T: Record>(&self, where_text: &str, params: &[Value]) -> Result<Option<T>> {
-        let mut select = Select::filtered(Filter::parse(T::table(), where_text, params)?);
+    fn retrieve_where<T: Record>(
+        &self,
+        where_text: &str,
+        params: impl Params,
+    ) -> Result<Option<T>> {
+        let mut select =
+            Select::filtered(Filter::parse(T::table(), where_text, params.as_values())?);
         select.limit = Some(1);
         let mut found = None;
         self.route(T::table())?
@@ -162,8 +167,8 @@ pub trait Orm {
     }
 
     /// Deletes every `T` matching `where_text`; returns how many.
-    fn delete_where<T: Record>(&self, where_text: &str, params: &[Value]) -> Result<u64> {
-        let filter = Filter::parse(T::table(), where_text, params)?;
+    fn delete_where<T: Record>(&self, where_text: &str, params: impl Params) -> Result<u64> {
+        let filter = Filter::parse(T::table(), where_text, params.as_values())?;
         if filter.expr.is_none() {
             return Err(Error::BadInput(
                 "delete_where needs a WHERE clause; an empty one would delete every row".into(),
@@ -173,8 +178,8 @@ pub trait Orm {
     }
 
     /// Every `T` matching `where_text` (empty: all), in ID order only if asked.
-    fn list<T: Record>(&self, where_text: &str, params: &[Value]) -> Result<Vec<T>> {
-        self.select(&Query::filter(where_text, params.to_vec()))
+    fn list<T: Record>(&self, where_text: &str, params: impl Params) -> Result<Vec<T>> {
+        self.select(&Query::filter(where_text, params))
     }
 
     /// The `T`s a [`Query`] selects, with its order, limit and offset.
@@ -209,8 +214,8 @@ pub trait Orm {
     }
 
     /// How many `T`s match `where_text` (empty: all).
-    fn count<T: Record>(&self, where_text: &str, params: &[Value]) -> Result<u64> {
-        let filter = Filter::parse(T::table(), where_text, params)?;
+    fn count<T: Record>(&self, where_text: &str, params: impl Params) -> Result<u64> {
+        let filter = Filter::parse(T::table(), where_text, params.as_values())?;
         self.route(T::table())?.count(T::table(), &filter)
     }
 
@@ -219,14 +224,14 @@ pub trait Orm {
         &self,
         field: &str,
         where_text: &str,
-        params: &[Value],
+        params: impl Params,
     ) -> Result<Option<Value>> {
         let table = T::table();
         let column = table.column(field).ok_or_else(|| Error::UnknownField {
             table: table.name,
             field: field.to_owned(),
         })?;
-        let mut select = Select::filtered(Filter::parse(table, where_text, params)?);
+        let mut select = Select::filtered(Filter::parse(table, where_text, params.as_values())?);
         select.limit = Some(1);
         self.route(table)?.select_value(table, column, &select)
     }

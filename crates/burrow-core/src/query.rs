@@ -3,7 +3,7 @@
 use crate::error::{Error, Result};
 use crate::filter::Filter;
 use crate::schema::{Column, Table};
-use crate::value::Value;
+use crate::value::{Params, Value};
 
 /// What to read: built by the application, checked against a table before any
 /// engine sees it.
@@ -32,10 +32,10 @@ impl Query {
     }
 
     /// Rows matching `where_text`, with `params` bound to its `?` in order.
-    pub fn filter(where_text: impl Into<String>, params: Vec<Value>) -> Self {
+    pub fn filter(where_text: impl Into<String>, params: impl Params) -> Self {
         Query {
             where_text: where_text.into(),
-            params,
+            params: params.into_values(),
             ..Query::default()
         }
     }

@@ -172,6 +172,62 @@ impl From<serde_json::Value> for Value {
     }
 }
 
+/// The values bound to the `?` of a WHERE clause or a SQL statement, in
+/// order. Every method that takes parameters takes any of these forms alike:
+/// `params![…]`, `&params![…]`, `&[]`, `[Value; N]`, a `Vec<Value>` or a
+/// slice of values.
+///
+/// ```
+/// use burrow_core::{params, Params, Value};
+/// fn count(p: impl Params) -> usize {
+///     p.as_values().len()
+/// }
+/// assert_eq!(count(params![1, "a"]), 2);
+/// assert_eq!(count(&params![1]), 1);
+/// assert_eq!(count(&[]), 0);
+/// assert_eq!(count([Value::Int(1)]), 1);
+/// ```
+pub trait Params {
+    /// The values, in order.
+    fn as_values(&self) -> &[Value];
+
+    /// The values, owned (moved out when they already are).
+    fn into_values(self) -> Vec<Value>
+    where
+        Self: Sized,
+    {
+        self.as_values().to_vec()
+    }
+}
+
+impl Params for [Value] {
+    fn as_values(&self) -> &[Value] {
+        self
+    }
+}
+
+impl<const N: usize> Params for [Value; N] {
+    fn as_values(&self) -> &[Value] {
+        self
+    }
+}
+
+impl Params for Vec<Value> {
+    fn as_values(&self) -> &[Value] {
+        self
+    }
+
+    fn into_values(self) -> Vec<Value> {
+        self
+    }
+}
+
+impl<P: Params + ?Sized> Params for &P {
+    fn as_values(&self) -> &[Value] {
+        (**self).as_values()
+    }
+}
+
 /// Builds a `Vec<Value>` of WHERE parameters from expressions of mixed types.
 ///
 /// ```

@@ -13,8 +13,8 @@
 
 pub use burrow_core::{
     params, Batch, BatchOptions, BatchResult, Client, ClientBuilder, Currency, Error, ErrorKind,
-    Json, Model, Orm, ParseCurrencyError, Query, Record, Ref, Result, Storage, Transaction, Value,
-    CURRENCY_SCALE,
+    Json, Model, Orm, Params, ParseCurrencyError, Query, Record, Ref, Result, Storage, Transaction,
+    Value, CURRENCY_SCALE,
 };
 pub use burrow_core::{AutoTime, Field, FieldKind, FieldType, Table};
 pub use burrow_derive::Record;
