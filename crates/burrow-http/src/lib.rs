@@ -50,5 +50,5 @@ pub use auth::{
 };
 pub use cache::{CacheRule, CachedEngine, OrmCache};
 pub use client::{RemoteBuilder, RemoteEngine, RemoteError};
-pub use server::{Execution, Server, ServerBuilder};
+pub use server::{Execution, Server, ServerBuilder, TxLimits};
 pub use web::Limits;

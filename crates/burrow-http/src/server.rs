@@ -18,6 +18,14 @@
 //!   a transaction. A connection that closes (or times out) with a
 //!   transaction open drops it, which rolls it back (on the blocking pool
 //!   unless every engine is in-process).
+//! - **Bounds**: an open transaction holds its engines' write locks, so
+//!   every other writer waits while it is open. `BEGIN` needs an
+//!   authenticated user with a write right on some table (when
+//!   authentication is on), and [`TxLimits`] bounds how many are open at
+//!   once (503 beyond), how long a connection holding one may stay silent
+//!   (it is then closed, rolling back) and how long one may stay open at all
+//!   (then it is rolled back: a connection waiting for its next request is
+//!   closed, and a request that finds its transaction expired gets 408).
 //!
 //! A large batch body (outside a remote transaction, with in-process engines)
 //! is also parsed on the server's **parser thread**, started with the server,
@@ -40,6 +48,7 @@ use std::net::SocketAddr;
 use std::panic::AssertUnwindSafe;
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, RwLock};
+use std::time::{Duration, Instant};
 
 use burrow_core::{Client, Error, Placement, Result, Transaction};
 
@@ -99,11 +108,62 @@ impl Drop for GateTicket {
     }
 }
 
+/// Bounds on the transactions clients open with `BEGIN`; see the module
+/// documentation.
+#[derive(Debug, Clone)]
+pub struct TxLimits {
+    /// Transactions open at once, server-wide; one more `BEGIN` gets 503.
+    pub max_open: usize,
+    /// How long the connection of an open transaction may send nothing;
+    /// then it is closed and the transaction rolled back.
+    pub idle_timeout: Duration,
+    /// How long a transaction may stay open; then it is rolled back.
+    pub max_lifetime: Duration,
+}
+
+impl Default for TxLimits {
+    /// 16 open, 5 s idle (the engines' default lock timeout: a writer
+    /// waiting behind a silent transaction gives up about then anyway),
+    /// 60 s in all.
+    fn default() -> Self {
+        TxLimits {
+            max_open: 16,
+            idle_timeout: Duration::from_secs(5),
+            max_lifetime: Duration::from_secs(60),
+        }
+    }
+}
+
 /// A connection's open transaction.
 struct OpenTx {
-    /// Declared first: dropped, it rolls back before inline calls resume.
+    /// Declared first: dropped, it rolls back before inline calls resume
+    /// and before its slot is given back.
     tx: Transaction<'static>,
     ticket: GateTicket,
+    slot: TxSlot,
+    opened: Instant,
+}
+
+/// One of the [`TxLimits::max_open`] transactions, held from `BEGIN` until
+/// the transaction ends.
+struct TxSlot(Arc<Shared>);
+
+impl TxSlot {
+    fn take(sh: &Arc<Shared>) -> Option<TxSlot> {
+        let max = sh.tx_limits.max_open;
+        sh.open_txs
+            .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |n| {
+                (n < max).then_some(n + 1)
+            })
+            .ok()
+            .map(|_| TxSlot(sh.clone()))
+    }
+}
+
+impl Drop for TxSlot {
+    fn drop(&mut self) {
+        self.0.open_txs.fetch_sub(1, Ordering::SeqCst);
+    }
 }
 
 /// What every connection shares.
@@ -126,6 +186,9 @@ pub(crate) struct Shared {
     pub ran_ahead: AtomicU64,
     inline: bool,
     gate: TxGate,
+    tx_limits: TxLimits,
+    /// Transactions open or beginning (see [`TxSlot`]).
+    open_txs: AtomicUsize,
 }
 
 /// The REST protocol, as a handler of the server core.
@@ -150,9 +213,12 @@ impl Drop for RestConn {
         let sh = open.ticket.0.clone();
         let local = sh.local_engines;
         let undo = move || {
-            let OpenTx { tx, ticket } = open;
+            let OpenTx {
+                tx, ticket, slot, ..
+            } = open;
             rest::end(&sh, tx, false);
             drop(ticket);
+            drop(slot);
         };
         match tokio::runtime::Handle::try_current() {
             Ok(rt) if !local => {
@@ -186,6 +252,15 @@ impl Handler for Rest {
         dispatch(&self.0, RestRequest::new(req), who, &mut conn.tx).await
     }
 
+    fn idle_timeout(&self, conn: &RestConn) -> Option<Duration> {
+        let open = conn.tx.as_ref()?;
+        let l = &self.0.tx_limits;
+        Some(
+            l.idle_timeout
+                .min(l.max_lifetime.saturating_sub(open.opened.elapsed())),
+        )
+    }
+
     fn extra_headers(&self, out: &mut Headers<'_>) {
         out.number("Server-InternalState", self.0.state.load(Ordering::Relaxed));
     }
@@ -198,6 +273,7 @@ pub struct ServerBuilder {
     auth: Option<Option<Auth>>,
     cache: OrmCache,
     limits: Limits,
+    tx_limits: TxLimits,
     compact: bool,
     execution: Execution,
     threads: Option<usize>,
@@ -238,6 +314,12 @@ impl ServerBuilder {
     /// Sets the limits.
     pub fn limits(mut self, limits: Limits) -> Self {
         self.limits = limits;
+        self
+    }
+
+    /// Sets the bounds on clients' transactions (`BEGIN` … `END`).
+    pub fn transactions(mut self, limits: TxLimits) -> Self {
+        self.tx_limits = limits;
         self
     }
 
@@ -300,6 +382,8 @@ impl ServerBuilder {
                 lock: RwLock::new(()),
             },
             ran_ahead: AtomicU64::new(0),
+            tx_limits: self.tx_limits,
+            open_txs: AtomicUsize::new(0),
         });
         let mut core = HttpServer::builder(Rest(shared.clone())).limits(self.limits);
         if let Some(n) = self.threads {
@@ -343,6 +427,7 @@ impl Server {
             auth: None,
             cache: OrmCache::new(),
             limits: Limits::default(),
+            tx_limits: TxLimits::default(),
             compact: false,
             execution: Execution::Auto,
             threads: None,
@@ -350,6 +435,11 @@ impl Server {
             #[cfg(feature = "tls")]
             tls: None,
         }
+    }
+
+    /// How many clients' transactions are open (or beginning) now.
+    pub fn transactions_open(&self) -> usize {
+        self.shared.open_txs.load(Ordering::SeqCst)
     }
 
     /// The address it listens on.
@@ -489,13 +579,41 @@ async fn blocking<R: Send + 'static>(f: impl FnOnce() -> R + Send + 'static) -> 
     tokio::task::spawn_blocking(f).await.ok()
 }
 
+/// Whether `who` may open a transaction: with authentication on, only a
+/// user who may write to some table (a transaction blocks other writers).
+fn may_begin(sh: &Shared, who: Principal) -> std::result::Result<(), Response> {
+    let Some(auth) = &sh.auth else {
+        return Ok(());
+    };
+    if who == Principal::Anyone {
+        return Err(Response::error(401, "authentication required"));
+    }
+    let writes = sh.client.model().tables().iter().any(|t| {
+        let r = auth.rights(who, t.name);
+        r.create || r.update || r.delete
+    });
+    if writes {
+        Ok(())
+    } else {
+        Err(Response::error(
+            403,
+            "a transaction needs the right to write to some table",
+        ))
+    }
+}
+
 /// Opens a transaction for a connection (`BEGIN`).
-async fn begin(sh: &Arc<Shared>) -> std::result::Result<OpenTx, Response> {
+async fn begin(sh: &Arc<Shared>, slot: TxSlot) -> std::result::Result<OpenTx, Response> {
     let sh2 = sh.clone();
     blocking(move || {
         let ticket = TxGate::opening(&sh2);
         match std::panic::catch_unwind(AssertUnwindSafe(|| sh2.client.transaction_shared())) {
-            Ok(Ok(tx)) => Ok(OpenTx { tx, ticket }),
+            Ok(Ok(tx)) => Ok(OpenTx {
+                tx,
+                ticket,
+                slot,
+                opened: Instant::now(),
+            }),
             // Busy (another transaction held an engine too long): 503.
             Ok(Err(e)) => Err(rest::error_response(&e)),
             Err(_) => Err(internal()),
@@ -510,10 +628,13 @@ async fn begin(sh: &Arc<Shared>) -> std::result::Result<OpenTx, Response> {
 async fn end(sh: &Arc<Shared>, open: OpenTx, commit: bool) -> Response {
     let sh2 = sh.clone();
     blocking(move || {
-        let OpenTx { tx, ticket } = open;
+        let OpenTx {
+            tx, ticket, slot, ..
+        } = open;
         let r = std::panic::catch_unwind(AssertUnwindSafe(|| rest::end(&sh2, tx, commit)))
             .unwrap_or_else(|_| internal());
         drop(ticket);
+        drop(slot);
         r
     })
     .await
@@ -526,12 +647,35 @@ async fn dispatch(
     who: Principal,
     tx: &mut Option<OpenTx>,
 ) -> Response {
+    let lifetime = sh.tx_limits.max_lifetime;
+    if let Some(open) = tx.take_if(|o| o.opened.elapsed() > lifetime) {
+        end(sh, open, false).await;
+        return Response::error(
+            408,
+            &format!(
+                "the transaction was open for more than {} s and was rolled back",
+                lifetime.as_secs_f64()
+            ),
+        );
+    }
     match req.method() {
         "BEGIN" => {
             if tx.is_some() {
                 return Response::error(400, "a transaction is already open on this connection");
             }
-            return match begin(sh).await {
+            if let Err(r) = may_begin(sh, who) {
+                return r;
+            }
+            let Some(slot) = TxSlot::take(sh) else {
+                return Response::error(
+                    503,
+                    &format!(
+                        "{} transactions are open, the most this server allows; try again later",
+                        sh.tx_limits.max_open
+                    ),
+                );
+            };
+            return match begin(sh, slot).await {
                 Ok(open) => {
                     *tx = Some(open);
                     Response::empty(200)

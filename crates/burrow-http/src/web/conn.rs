@@ -181,8 +181,12 @@ pub(crate) async fn serve<H: Handler>(
                     if core.stopping.load(Ordering::SeqCst) {
                         break 'conn;
                     }
+                    let idle = core
+                        .handler
+                        .idle_timeout(&conn)
+                        .map_or(limits.idle_timeout, |d| d.min(limits.idle_timeout));
                     tokio::select! {
-                        r = timeout(limits.idle_timeout, stream.read_buf(&mut buf)) => match r {
+                        r = timeout(idle, stream.read_buf(&mut buf)) => match r {
                             Ok(r) => r,
                             Err(_) => break 'conn,
                         },

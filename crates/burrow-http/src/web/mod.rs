@@ -127,6 +127,16 @@ pub trait Handler: Send + Sync + 'static {
     /// module documentation for work that blocks.
     fn call(&self, conn: &mut Self::Conn, req: Request) -> impl Future<Output = Response> + Send;
 
+    /// How long this connection may wait for its next request, given its
+    /// state: `None` keeps [`Limits::idle_timeout`], and a longer time is
+    /// cut to it. A connection holding what others wait for (an open
+    /// transaction, say) gets less. Past it the connection closes and its
+    /// state is dropped.
+    fn idle_timeout(&self, conn: &Self::Conn) -> Option<Duration> {
+        let _ = conn;
+        None
+    }
+
     /// Headers added to every response, the core's own errors included.
     fn extra_headers(&self, out: &mut Headers<'_>) {
         let _ = out;

@@ -273,6 +273,10 @@ fn open_remote_transactions_take_no_thread_each() -> TestResult {
     let hosted = Arc::new(Client::open(model(), loose)?);
     let server = Server::builder(hosted.clone(), "root")
         .no_auth()
+        .transactions(burrow_http::TxLimits {
+            max_open: 32,
+            ..Default::default()
+        })
         .bind("127.0.0.1:0")?;
     let db = remote(&server);
     // Once, so that the server's pool has a thread for what follows.

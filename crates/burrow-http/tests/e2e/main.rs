@@ -11,4 +11,5 @@ mod concurrency;
 mod orm;
 mod retry;
 mod tls;
+mod tx_limits;
 mod wire;
