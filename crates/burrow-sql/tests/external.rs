@@ -917,20 +917,20 @@ fn virtual_table_through_sqlite(db: &Db) -> TestResult {
         same_sample(db, a, b)?;
     }
     let one: Vec<Sample> =
-        c.sql_list("SELECT * FROM Sample WHERE ID = ?", &params![seeded[7].id])?;
+        c.sql_list("SELECT * FROM Sample WHERE ID = ?", params![seeded[7].id])?;
     assert_eq!(one.len(), 1);
     same_sample(db, &one[0], &seeded[7])?;
-    let by_name: Vec<Sample> = c.sql_list("SELECT * FROM Sample WHERE Name = ?", &params!["v9"])?;
+    let by_name: Vec<Sample> = c.sql_list("SELECT * FROM Sample WHERE Name = ?", params!["v9"])?;
     assert_eq!(by_name.len(), 1);
     let joined: Vec<Sample> = c.sql_list(
         "SELECT s.* FROM Note n JOIN Sample s ON s.ID = n.Sample WHERE n.Text = ?",
-        &params!["hello"],
+        params!["hello"],
     )?;
     assert_eq!(joined.len(), 1);
     assert_eq!(joined[0].name, "v4");
     let amounts: Vec<Sample> = c.sql_list(
         "SELECT * FROM Sample WHERE Amount > ? ORDER BY Amount DESC",
-        &params![185_000],
+        params![185_000],
     )?;
     assert_eq!(
         amounts.len(),

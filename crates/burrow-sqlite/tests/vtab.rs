@@ -89,7 +89,7 @@ fn join_and_aggregate_across_engines() -> Res {
     // Typed reads of a virtual table through the ORM's SQL path.
     let cats: Vec<Pet> = client.sql_list(
         "SELECT * FROM Pet WHERE Kind = ? ORDER BY ID",
-        &params!["cat"],
+        params!["cat"],
     )?;
     assert_eq!(cats.len(), 2);
     assert_eq!(cats[1].price, "7.25".parse()?);

@@ -53,7 +53,7 @@ fn main() -> burrow::Result<()> {
     // The default engine's SQL sees the memory table as a virtual table.
     let invoices: Vec<Invoice> = db.sql_list(
         "SELECT i.* FROM Invoice i JOIN Session s ON s.Customer = i.Customer WHERE s.Token = ?",
-        &params!["s-1"],
+        params!["s-1"],
     )?;
     println!(
         "customer {} has {} invoice(s) through session {}",

@@ -111,7 +111,7 @@ fn lists_counts_and_values() -> TestResult {
     assert_eq!(third, Some(db.retrieve::<Sample>(3)?));
     let by_sql: Vec<Sample> = db.sql_list(
         "SELECT * FROM Sample WHERE ID < ? ORDER BY ID DESC",
-        &params![3],
+        params![3],
     )?;
     assert_eq!(by_sql.iter().map(|r| r.id).collect::<Vec<_>>(), vec![2, 1]);
     // An unsafe WHERE never leaves the client: the filter is checked first.

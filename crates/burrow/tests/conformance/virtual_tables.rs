@@ -227,7 +227,7 @@ fn filters_answer_as_sqlite_does(f: &dyn Factory) -> TestResult {
     // Typed reads through the ORM's SQL path agree with its own query.
     let sql: Vec<Visit> = client.sql_list(
         "SELECT * FROM Visit WHERE Day >= ? AND Price > ? ORDER BY ID",
-        &burrow::params!["2020-01-02", 0],
+        burrow::params!["2020-01-02", 0],
     )?;
     let direct: Vec<Visit> = client.select(
         &burrow::Query::filter("Day >= ? AND Price > ?", burrow::params!["2020-01-02", 0])
