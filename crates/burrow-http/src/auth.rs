@@ -19,15 +19,23 @@
 //! - **Bearer tokens**: configured ones ([`Auth::token`]), or issued by
 //!   `POST /{root}/auth` with `{"userName":…,"password":…}` after an Argon2
 //!   check; sent as `Authorization: Bearer …`. Only their SHA-256 is kept.
+//! - **Logins are bounded** ([`LoginLimits`], `throttle.rs`): a few password
+//!   checks at once, and failed attempts per user name and per client
+//!   address slowed down. An unknown user name costs the same Argon2 check
+//!   as a known one, so the time of an answer does not tell which names
+//!   exist.
 
 use std::collections::HashMap;
-use std::sync::{Mutex, PoisonError};
+use std::net::IpAddr;
+use std::sync::{Mutex, OnceLock, PoisonError};
 use std::time::{Duration, Instant};
 
 use argon2::password_hash::{PasswordHash, PasswordHasher, PasswordVerifier, SaltString};
 use argon2::Argon2;
 use burrow_core::{Error, Record, Result};
 use sha2::{Digest, Sha256};
+
+use crate::throttle::{LoginLimits, Refused, Throttle};
 
 /// What a group may do on a table.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -151,6 +159,19 @@ pub(crate) enum Principal {
 pub(crate) enum Denied {
     /// 401: no or invalid credentials.
     Unauthenticated(&'static str),
+    /// 429: too many failed logins for this name or address; retry after.
+    Throttled(Duration),
+    /// 503: every password check is taken.
+    Busy,
+}
+
+impl From<Refused> for Denied {
+    fn from(r: Refused) -> Self {
+        match r {
+            Refused::Throttled(wait) => Denied::Throttled(wait),
+            Refused::Busy => Denied::Busy,
+        }
+    }
 }
 
 /// Users, groups, rights and the enabled authentication schemes.
@@ -163,6 +184,10 @@ pub struct Auth {
     bearer: bool,
     session_ttl: Duration,
     secret: [u8; 32],
+    throttle: Throttle,
+    /// The Argon2 hash an unknown user name is checked against (made on
+    /// first use: it costs what a check does).
+    decoy: OnceLock<String>,
 }
 
 impl std::fmt::Debug for Auth {
@@ -183,6 +208,18 @@ impl Default for Auth {
     fn default() -> Self {
         Auth::new()
     }
+}
+
+/// The Argon2id PHC string of `password`, with a random salt.
+fn argon2_hash(password: &str) -> Result<String> {
+    let mut raw = [0u8; 16];
+    random(&mut raw);
+    let salt = SaltString::encode_b64(&raw)
+        .map_err(|e| Error::BadInput(format!("cannot make a salt: {e}")))?;
+    Ok(Argon2::default()
+        .hash_password(password.as_bytes(), &salt)
+        .map_err(|e| Error::BadInput(format!("cannot hash the password: {e}")))?
+        .to_string())
 }
 
 /// Fills `buf` from the operating system's random source.
@@ -279,6 +316,8 @@ impl Auth {
             bearer: true,
             session_ttl: Duration::from_secs(3600),
             secret,
+            throttle: Throttle::new(LoginLimits::default()),
+            decoy: OnceLock::new(),
         }
     }
 
@@ -301,14 +340,7 @@ impl Auth {
                 "user name {name:?} is empty or taken"
             )));
         }
-        let mut raw = [0u8; 16];
-        random(&mut raw);
-        let salt = SaltString::encode_b64(&raw)
-            .map_err(|e| Error::BadInput(format!("cannot make a salt: {e}")))?;
-        let phc = Argon2::default()
-            .hash_password(password.as_bytes(), &salt)
-            .map_err(|e| Error::BadInput(format!("cannot hash the password: {e}")))?
-            .to_string();
+        let phc = argon2_hash(password)?;
         self.users.push(User {
             id: self.users.len() as i64 + 1,
             name: name.to_owned(),
@@ -351,6 +383,12 @@ impl Auth {
         self
     }
 
+    /// Bounds password checks and slows down failed logins.
+    pub fn login_limits(mut self, limits: LoginLimits) -> Self {
+        self.throttle = Throttle::new(limits);
+        self
+    }
+
     /// How long a session or an issued token lasts after its last use.
     pub fn session_timeout(mut self, ttl: Duration) -> Self {
         self.session_ttl = ttl;
@@ -364,6 +402,15 @@ impl Auth {
                 u.mormot = None;
             }
         }
+    }
+
+    /// A hash no password matches, checked for unknown user names.
+    fn decoy(&self) -> &str {
+        self.decoy.get_or_init(|| {
+            let mut pw = [0u8; 32];
+            random(&mut pw);
+            argon2_hash(&hex(&pw)).unwrap_or_default()
+        })
     }
 
     fn user_index(&self, name: &str) -> Option<usize> {
@@ -402,26 +449,26 @@ impl Auth {
         user: &str,
         proof: &str,
         client_nonce: &str,
+        addr: Option<IpAddr>,
     ) -> std::result::Result<String, Denied> {
-        let denied = Denied::Unauthenticated("invalid user name or password");
         if !self.mormot {
             return Err(Denied::Unauthenticated("mORMot sessions are disabled"));
         }
-        let u = self.user_index(user).ok_or(denied.clone())?;
-        let hash = self.users[u].mormot.as_deref().ok_or(denied.clone())?;
+        self.throttle.admit(user, addr)?;
+        let known = self
+            .user_index(user)
+            .and_then(|u| Some((u, self.users[u].mormot.as_deref()?)));
+        // An unknown name is checked against a hash of nothing, the same work.
+        let (name, hash) = known.map_or((user, ""), |(u, h)| (self.users[u].name.as_str(), h));
         let ok = (0..2).any(|back| {
-            let want = mormot_proof(
-                root,
-                &self.nonce(back),
-                client_nonce,
-                &self.users[u].name,
-                hash,
-            );
+            let want = mormot_proof(root, &self.nonce(back), client_nonce, name, hash);
             same(want.as_bytes(), proof.to_ascii_lowercase().as_bytes())
         });
-        if !ok {
-            return Err(denied);
-        }
+        let Some((u, hash)) = known.filter(|_| ok) else {
+            self.throttle.failed(user, addr);
+            return Err(Denied::Unauthenticated("invalid user name or password"));
+        };
+        self.throttle.succeeded(user, addr);
         let mut rnd = [0u8; 16];
         crate::auth::random(&mut rnd);
         let mut sessions = self.sessions.lock().unwrap_or_else(PoisonError::into_inner);
@@ -471,16 +518,30 @@ impl Auth {
         &self,
         user: &str,
         password: &str,
+        addr: Option<IpAddr>,
     ) -> std::result::Result<String, Denied> {
-        let denied = Denied::Unauthenticated("invalid user name or password");
         if !self.bearer {
             return Err(Denied::Unauthenticated("bearer tokens are disabled"));
         }
-        let u = self.user_index(user).ok_or(denied.clone())?;
-        let parsed = PasswordHash::new(&self.users[u].phc).map_err(|_| denied.clone())?;
-        Argon2::default()
-            .verify_password(password.as_bytes(), &parsed)
-            .map_err(|_| denied.clone())?;
+        self.throttle.admit(user, addr)?;
+        let u = self.user_index(user);
+        let phc = match u {
+            Some(u) => self.users[u].phc.as_str(),
+            None => self.decoy(),
+        };
+        let ok = {
+            let _check = self.throttle.check()?;
+            PasswordHash::new(phc).is_ok_and(|parsed| {
+                Argon2::default()
+                    .verify_password(password.as_bytes(), &parsed)
+                    .is_ok()
+            })
+        };
+        let Some(u) = u.filter(|_| ok) else {
+            self.throttle.failed(user, addr);
+            return Err(Denied::Unauthenticated("invalid user name or password"));
+        };
+        self.throttle.succeeded(user, addr);
         let mut rnd = [0u8; 32];
         crate::auth::random(&mut rnd);
         let token = hex(&rnd);
@@ -570,6 +631,25 @@ impl Auth {
 #[cfg(test)]
 mod test {
     use super::*;
+
+    #[test]
+    fn an_unknown_name_costs_a_password_check() {
+        let auth = Auth::new()
+            .group(Group::new("g").all_tables(Rights::ALL))
+            .user("ann", "secret", "g")
+            .expect("auth");
+        assert!(auth.decoy.get().is_none());
+        assert_eq!(
+            auth.bearer_login("nobody", "secret", None),
+            Err(Denied::Unauthenticated("invalid user name or password"))
+        );
+        // The unknown name was checked against a hash, as a known one is.
+        assert!(auth
+            .decoy
+            .get()
+            .is_some_and(|h| h.starts_with("$argon2id$")));
+        assert!(auth.bearer_login("ANN", "secret", None).is_ok());
+    }
 
     #[test]
     fn crc_chaining_is_zlib_crc32() {

@@ -41,6 +41,7 @@ mod client;
 mod rest;
 mod server;
 mod sql;
+mod throttle;
 #[cfg(feature = "tls")]
 mod tls;
 pub mod web;
@@ -51,4 +52,5 @@ pub use auth::{
 pub use cache::{CacheRule, CachedEngine, OrmCache};
 pub use client::{RemoteBuilder, RemoteEngine, RemoteError};
 pub use server::{Execution, Server, ServerBuilder, TxLimits};
+pub use throttle::LoginLimits;
 pub use web::Limits;

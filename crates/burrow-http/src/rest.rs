@@ -134,6 +134,13 @@ fn bad(msg: &str) -> Response {
 fn denied(d: Denied) -> Response {
     match d {
         Denied::Unauthenticated(m) => Response::error(401, m),
+        Denied::Throttled(wait) => {
+            let secs = wait.as_secs() + u64::from(wait.subsec_nanos() > 0);
+            Response::error(429, "too many failed logins; try again later")
+                .header("Retry-After", secs.to_string())
+        }
+        Denied::Busy => Response::error(503, "too many logins at once; try again later")
+            .header("Retry-After", "1"),
     }
 }
 
@@ -712,7 +719,7 @@ fn auth(sh: &Shared, req: &RestRequest, who: Principal) -> Outcome {
                 .to_owned()
         };
         let token = auth
-            .bearer_login(&s("userName"), &s("password"))
+            .bearer_login(&s("userName"), &s("password"), req.peer())
             .map_err(denied)?;
         let mut body = b"{\"result\":".to_vec();
         json::write_str(&mut body, &token);
@@ -730,7 +737,7 @@ fn auth(sh: &Shared, req: &RestRequest, who: Principal) -> Outcome {
     match (req.param("password"), req.param("clientnonce")) {
         (Some(proof), Some(cnonce)) => {
             let body = auth
-                .mormot_login(&sh.root, &user, &proof, &cnonce)
+                .mormot_login(&sh.root, &user, &proof, &cnonce, req.peer())
                 .map_err(denied)?;
             Ok(Response::json(body.into_bytes()))
         }

@@ -2,6 +2,7 @@
 //! pipelined ones answered together.
 
 use std::future::Future;
+use std::net::IpAddr;
 use std::panic::AssertUnwindSafe;
 use std::sync::atomic::Ordering;
 use std::task::Poll;
@@ -112,6 +113,7 @@ async fn unwinding<F: Future>(fut: F) -> Option<F::Output> {
 pub(crate) async fn serve<H: Handler>(
     core: &Core<H>,
     mut stream: impl Stream,
+    peer: Option<IpAddr>,
     mut stop: watch::Receiver<bool>,
 ) {
     let limits = &core.limits;
@@ -130,7 +132,8 @@ pub(crate) async fn serve<H: Handler>(
         let (admitted, len) = loop {
             if pos < buf.len() {
                 match request::parse(&buf[pos..], limits) {
-                    Parsed::Head(head, len) => {
+                    Parsed::Head(mut head, len) => {
+                        head.set_peer(peer);
                         let verdict = std::panic::catch_unwind(AssertUnwindSafe(|| {
                             core.handler.admit(&mut conn, &head)
                         }));

@@ -424,7 +424,7 @@ async fn accept_loop<H: Handler>(
             a = listener.accept() => a,
             _ = stop.changed() => return,
         };
-        let Ok((stream, _)) = accepted else {
+        let Ok((stream, peer)) = accepted else {
             // Out of descriptors or a connection reset before accept: wait a
             // little rather than spin.
             tokio::time::sleep(Duration::from_millis(5)).await;
@@ -461,13 +461,13 @@ async fn accept_loop<H: Handler>(
         tokio::spawn(async move {
             let core = &counted.0;
             match tls {
-                None => conn::serve(core, stream, stop).await,
+                None => conn::serve(core, stream, Some(peer.ip()), stop).await,
                 #[cfg(feature = "tls")]
                 Some(acceptor) => {
                     // The handshake gets the time a request would.
                     let hs = timeout(core.limits.request_timeout, acceptor.accept(stream)).await;
                     if let Ok(Ok(tls_stream)) = hs {
-                        conn::serve(core, tls_stream, stop).await;
+                        conn::serve(core, tls_stream, Some(peer.ip()), stop).await;
                     }
                 }
                 #[cfg(not(feature = "tls"))]

@@ -2,6 +2,7 @@
 //! buffer while the handler admits them, owned once their body is read.
 
 use std::borrow::Cow;
+use std::net::IpAddr;
 use std::ops::{Deref, Range};
 
 use super::response::Response;
@@ -32,9 +33,19 @@ pub struct RequestHead<'a> {
     keep_alive: bool,
     gzip: bool,
     expect_continue: bool,
+    peer: Option<IpAddr>,
 }
 
 impl RequestHead<'_> {
+    /// The address of the client (the TCP peer), when known.
+    pub fn peer(&self) -> Option<IpAddr> {
+        self.peer
+    }
+
+    pub(crate) fn set_peer(&mut self, peer: Option<IpAddr>) {
+        self.peer = peer;
+    }
+
     /// The method, as sent (`GET`, `POST`, or any other token).
     pub fn method(&self) -> &str {
         &self.text[..self.method_len]
@@ -131,6 +142,7 @@ impl RequestHead<'_> {
             keep_alive: self.keep_alive,
             gzip: self.gzip,
             expect_continue: self.expect_continue,
+            peer: self.peer,
         }
     }
 }
@@ -261,6 +273,7 @@ pub(crate) fn parse<'a>(buf: &'a [u8], limits: &Limits) -> Parsed<'a> {
             keep_alive: framing.keep_alive,
             gzip,
             expect_continue,
+            peer: None,
             text,
         },
         len,

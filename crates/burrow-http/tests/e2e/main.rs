@@ -8,6 +8,7 @@ mod access;
 mod batch;
 mod cache;
 mod concurrency;
+mod login;
 mod orm;
 mod retry;
 mod tls;

@@ -1,0 +1,276 @@
+//! Bounds on logins: how many password checks run at once, and how failed
+//! attempts slow down the next ones, per user name and per client address.
+//!
+//! An Argon2 check holds about 19 MiB for tens of milliseconds, so
+//! unbounded concurrent logins are a way to exhaust memory; and a login that
+//! answers as fast as a guess can be sent invites guessing. Failures are
+//! counted per user name (known or not, so that a lockout does not tell
+//! which names exist) and per address; past [`LoginLimits::free_failures`],
+//! each one doubles a wait during which the next attempt is refused at once
+//! (429, `Retry-After`) without a password check.
+
+use std::collections::HashMap;
+use std::net::IpAddr;
+use std::sync::{Condvar, Mutex, PoisonError};
+use std::time::{Duration, Instant};
+
+/// Bounds on logins; see the module documentation.
+#[derive(Debug, Clone)]
+pub struct LoginLimits {
+    /// Password checks running at once, server-wide.
+    pub max_checks: usize,
+    /// How long a login waits for a free check before 503.
+    pub check_wait: Duration,
+    /// Failed attempts (per user name, per address) answered without delay.
+    pub free_failures: u32,
+    /// The wait after the first failure past the free ones; it doubles with
+    /// each further failure.
+    pub first_delay: Duration,
+    /// The longest wait.
+    pub max_delay: Duration,
+    /// User names and addresses whose failures are remembered; past it,
+    /// the oldest are forgotten, and new ones share one count.
+    pub max_tracked: usize,
+}
+
+impl Default for LoginLimits {
+    /// 4 checks at once (76 MiB), 2 s of waiting for one; 5 free failures,
+    /// then 1 s doubling up to 60 s; 10,000 names and addresses remembered.
+    fn default() -> Self {
+        LoginLimits {
+            max_checks: 4,
+            check_wait: Duration::from_secs(2),
+            free_failures: 5,
+            first_delay: Duration::from_secs(1),
+            max_delay: Duration::from_secs(60),
+            max_tracked: 10_000,
+        }
+    }
+}
+
+/// Why a login was not even tried.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Refused {
+    /// Too many recent failures for this name or address: try after this.
+    Throttled(Duration),
+    /// Every password check is taken, for longer than the wait.
+    Busy,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+enum Key {
+    User(String),
+    Addr(IpAddr),
+    /// Every name and address that did not fit in the table.
+    Overflow,
+}
+
+struct Failures {
+    count: u32,
+    last: Instant,
+    until: Instant,
+}
+
+/// The login bounds' state, one per server.
+pub(crate) struct Throttle {
+    limits: LoginLimits,
+    failures: Mutex<HashMap<Key, Failures>>,
+    checks: Mutex<usize>,
+    freed: Condvar,
+}
+
+/// One running password check; dropping it frees the place.
+pub(crate) struct CheckPermit<'a>(&'a Throttle);
+
+impl Drop for CheckPermit<'_> {
+    fn drop(&mut self) {
+        *self.0.checks.lock().unwrap_or_else(PoisonError::into_inner) -= 1;
+        self.0.freed.notify_one();
+    }
+}
+
+impl Throttle {
+    pub(crate) fn new(limits: LoginLimits) -> Self {
+        Throttle {
+            limits,
+            failures: Mutex::new(HashMap::new()),
+            checks: Mutex::new(0),
+            freed: Condvar::new(),
+        }
+    }
+
+    fn keys(user: &str, addr: Option<IpAddr>) -> [Option<Key>; 2] {
+        [Some(Key::User(user.to_lowercase())), addr.map(Key::Addr)]
+    }
+
+    /// Whether a login for `user` from `addr` may be tried now.
+    pub(crate) fn admit(&self, user: &str, addr: Option<IpAddr>) -> Result<(), Refused> {
+        let now = Instant::now();
+        let map = self.failures.lock().unwrap_or_else(PoisonError::into_inner);
+        // A name or address that found no room shares the overflow count.
+        let full = map.len() >= self.limits.max_tracked;
+        let wait = Self::keys(user, addr)
+            .into_iter()
+            .flatten()
+            .filter_map(|k| {
+                map.get(&k)
+                    .or_else(|| map.get(&Key::Overflow).filter(|_| full))
+            })
+            .map(|f| f.until.saturating_duration_since(now))
+            .max()
+            .unwrap_or_default();
+        if wait.is_zero() {
+            Ok(())
+        } else {
+            Err(Refused::Throttled(wait))
+        }
+    }
+
+    /// A place for one password check, waited for at most
+    /// [`LoginLimits::check_wait`].
+    pub(crate) fn check(&self) -> Result<CheckPermit<'_>, Refused> {
+        let deadline = Instant::now() + self.limits.check_wait;
+        let mut running = self.checks.lock().unwrap_or_else(PoisonError::into_inner);
+        while *running >= self.limits.max_checks.max(1) {
+            let left = deadline.saturating_duration_since(Instant::now());
+            if left.is_zero() {
+                return Err(Refused::Busy);
+            }
+            running = self
+                .freed
+                .wait_timeout(running, left)
+                .unwrap_or_else(PoisonError::into_inner)
+                .0;
+        }
+        *running += 1;
+        Ok(CheckPermit(self))
+    }
+
+    /// Counts a failed login.
+    pub(crate) fn failed(&self, user: &str, addr: Option<IpAddr>) {
+        let l = &self.limits;
+        let now = Instant::now();
+        let mut map = self.failures.lock().unwrap_or_else(PoisonError::into_inner);
+        for key in Self::keys(user, addr).into_iter().flatten() {
+            let key = if map.contains_key(&key) || map.len() < l.max_tracked {
+                key
+            } else {
+                // Full: forget what has stopped mattering, else share a count.
+                map.retain(|_, f| now.duration_since(f.last) < l.max_delay);
+                if map.len() < l.max_tracked {
+                    key
+                } else {
+                    Key::Overflow
+                }
+            };
+            let f = map.entry(key).or_insert(Failures {
+                count: 0,
+                last: now,
+                until: now,
+            });
+            // A failure long after the last one starts the count again.
+            if now.duration_since(f.last) > l.max_delay {
+                f.count = 0;
+            }
+            f.count = f.count.saturating_add(1);
+            f.last = now;
+            if f.count > l.free_failures {
+                let doublings = (f.count - l.free_failures - 1).min(30);
+                let delay = l
+                    .first_delay
+                    .saturating_mul(1 << doublings)
+                    .min(l.max_delay);
+                f.until = now + delay;
+            }
+        }
+    }
+
+    /// Forgets the failures of `user` and `addr` after a successful login.
+    pub(crate) fn succeeded(&self, user: &str, addr: Option<IpAddr>) {
+        let mut map = self.failures.lock().unwrap_or_else(PoisonError::into_inner);
+        for key in Self::keys(user, addr).into_iter().flatten() {
+            map.remove(&key);
+        }
+    }
+}
+
+#[cfg(test)]
+mod test {
+    use super::*;
+
+    fn limits() -> LoginLimits {
+        LoginLimits {
+            max_checks: 2,
+            check_wait: Duration::from_millis(50),
+            free_failures: 2,
+            first_delay: Duration::from_secs(10),
+            max_delay: Duration::from_secs(40),
+            max_tracked: 3,
+        }
+    }
+
+    #[test]
+    fn failures_past_the_free_ones_are_throttled_per_name_and_address() {
+        let t = Throttle::new(limits());
+        let a: IpAddr = "127.0.0.2".parse().unwrap();
+        let b: IpAddr = "127.0.0.3".parse().unwrap();
+        for _ in 0..2 {
+            assert_eq!(t.admit("Ann", Some(a)), Ok(()));
+            t.failed("Ann", Some(a));
+        }
+        assert_eq!(t.admit("ann", Some(a)), Ok(()));
+        t.failed("ann", Some(a));
+        // The name is throttled from any address, the address for any name.
+        let Err(Refused::Throttled(w)) = t.admit("ANN", Some(b)) else {
+            panic!("not throttled by name");
+        };
+        assert!(w > Duration::from_secs(9) && w <= Duration::from_secs(10));
+        assert!(matches!(
+            t.admit("bob", Some(a)),
+            Err(Refused::Throttled(_))
+        ));
+        assert_eq!(t.admit("bob", Some(b)), Ok(()));
+        // Each further failure doubles the wait, up to the longest.
+        t.failed("ann", None);
+        let Err(Refused::Throttled(w)) = t.admit("ann", None) else {
+            panic!("not throttled");
+        };
+        assert!(w > Duration::from_secs(19));
+        for _ in 0..5 {
+            t.failed("ann", None);
+        }
+        let Err(Refused::Throttled(w)) = t.admit("ann", None) else {
+            panic!("not throttled");
+        };
+        assert!(w <= Duration::from_secs(40));
+        t.succeeded("ann", Some(a));
+        assert_eq!(t.admit("ann", Some(a)), Ok(()));
+    }
+
+    #[test]
+    fn the_table_is_bounded_and_overflow_shares_one_count() {
+        let t = Throttle::new(limits());
+        for i in 0..50u8 {
+            for _ in 0..3 {
+                t.failed(&format!("user{i}"), Some(IpAddr::from([127, 0, 1, i])));
+            }
+        }
+        assert!(t.failures.lock().unwrap().len() <= 4);
+        // Names that did not fit are throttled together.
+        assert!(matches!(
+            t.admit("user49", None),
+            Err(Refused::Throttled(_))
+        ));
+    }
+
+    #[test]
+    fn checks_at_once_are_bounded() {
+        let t = Throttle::new(limits());
+        let first = t.check().expect("a place");
+        let second = t.check().expect("a place");
+        assert_eq!(t.check().err(), Some(Refused::Busy));
+        drop(first);
+        let third = t.check().expect("a place freed");
+        drop((second, third));
+    }
+}
