@@ -24,14 +24,14 @@ use std::net::{SocketAddr, TcpStream, ToSocketAddrs};
 use std::sync::{Arc, Mutex, OnceLock, PoisonError};
 use std::time::{Duration, Instant};
 
+use burrow_core::driver::{CacheScope, TxWrites};
 use burrow_core::json::{self, JsonDialect};
 use burrow_core::{
-    BatchItem, BatchOp, BatchResult, Caps, Column, EngineTx, Error, Fields, Filter, OwnedRow,
-    Result, Row, RowOps, Select, SqlHost, Storage, Table, Value,
+    BatchItem, BatchOp, BatchResult, Caps, Column, EngineTx, Error, Fields, Filter, OrmCache,
+    OwnedRow, Result, Row, RowOps, Select, SqlHost, Storage, Table, Value,
 };
 
 use crate::auth::{mormot_password_hash, mormot_private_key, mormot_proof, mormot_signature};
-use crate::cache::{OrmCache, TxRows};
 use crate::web::wire::{header_text, percent_encode, Framing};
 
 const ENGINE: &str = "remote";
@@ -938,6 +938,15 @@ fn parse_object(table: &'static Table, body: &[u8]) -> Result<OwnedRow> {
     }
 }
 
+/// Whether an update or a delete found its row (200) or not (404).
+fn found(table: &Table, r: Reply) -> Result<bool> {
+    match r.status {
+        200 => Ok(true),
+        404 => Ok(false),
+        _ => Err(r.error(Some(table))),
+    }
+}
+
 /// The first cell of a one-column list, in either form.
 fn first_cell(body: &[u8]) -> Result<Option<serde_json::Value>> {
     let v: serde_json::Value = serde_json::from_slice(body)
@@ -1008,16 +1017,31 @@ impl Link<'_> {
         }
     }
 
-    /// Keeps the cache right after a write (see [`OrmCache::after_write`]).
-    fn after_write(&self, item: &BatchItem<'_>, result: &BatchResult) {
-        match self.tx {
-            Some(line) => {
-                self.engine
-                    .cache
-                    .after_write(item, result, Some(&mut line.rows.borrow_mut()))
-            }
-            None => self.engine.cache.after_write(item, result, None),
+    /// The cache as these calls write through it: the engine's own, or
+    /// the open transaction's.
+    fn scope(&self) -> CacheScope<'_> {
+        self.engine.cache.scope(self.tx.map(|line| &line.writes))
+    }
+
+    /// Sends `items` as one batch request (`own_transaction`: see
+    /// [`Link::write_batch`]), reads the results into `results`, and keeps
+    /// the cache right, its copies of the rows made while the server works.
+    fn batch(
+        &self,
+        items: &[BatchItem<'_>],
+        results: &mut Vec<BatchResult>,
+        stop_on_error: bool,
+        own_transaction: Option<bool>,
+    ) -> Result<()> {
+        if items.is_empty() {
+            return Ok(());
         }
+        let apply = |results: &mut Vec<BatchResult>, waiting: &mut dyn FnMut()| {
+            let r = self.send_batch(items, stop_on_error, own_transaction, waiting)?;
+            self.batch_results(items, &r, results)
+        };
+        self.scope()
+            .apply_batch(items, results, own_transaction.is_some(), apply)
     }
 
     fn list(&self, table: &'static Table, columns: &str, select: &Select) -> Result<Vec<u8>> {
@@ -1035,24 +1059,15 @@ impl Link<'_> {
         Ok(r.body)
     }
 
-    /// Sends a batch request for `items` (see [`RemoteEngine::write_batch`]);
-    /// returns the reply and the cache's copies of the rows, made while the
-    /// server works.
+    /// Sends a batch request for `items` (see [`Link::write_batch`]), and
+    /// runs `waiting` once it is sent, while the server works.
     fn send_batch(
         &self,
         items: &[BatchItem<'_>],
         stop_on_error: bool,
         own_transaction: Option<bool>,
-    ) -> Result<(Reply, Vec<Option<Arc<OwnedRow>>>)> {
-        // Rows the batch changes leave the cache before it goes, once (the
-        // body may be encoded twice).
-        for item in items {
-            match item.op {
-                BatchOp::Update { row, .. } => self.engine.cache.flush_id(item.table, row.id()),
-                BatchOp::Delete { id } => self.engine.cache.flush_id(item.table, id),
-                BatchOp::Add { .. } => {}
-            }
-        }
+        waiting: &mut dyn FnMut(),
+    ) -> Result<Reply> {
         let write =
             |out: &mut Vec<u8>,
              piece: &mut dyn FnMut(&mut Vec<u8>, bool) -> std::io::Result<()>| {
@@ -1097,11 +1112,7 @@ impl Link<'_> {
         } else {
             Body::Bytes(&whole)
         };
-        let mut prepared = Vec::new();
-        let r = self.call_with("PUT", "Batch", body, &mut || {
-            prepared = self.engine.cache.prepare_batch(items);
-        })?;
-        Ok((r, prepared))
+        self.call_with("PUT", "Batch", body, waiting)
     }
 
     /// Writes the body of a batch request for `items` into `body`, handing
@@ -1171,14 +1182,12 @@ impl Link<'_> {
         piece(body, true)
     }
 
-    /// Reads the answer to a batch request for `items` into `results`, and
-    /// updates the cache (`prepared`: see [`OrmCache::prepare_batch`]).
+    /// Reads the answer to a batch request for `items` into `results`.
     fn batch_results(
         &self,
         items: &[BatchItem<'_>],
         r: &Reply,
         results: &mut Vec<BatchResult>,
-        prepared: Vec<Option<Arc<OwnedRow>>>,
     ) -> Result<()> {
         if r.status != 200 {
             let err = r.error(Some(items[0].table));
@@ -1193,7 +1202,6 @@ impl Link<'_> {
                 None => err,
             });
         }
-        let start = results.len();
         // The common answer is all numbers: read it without a JSON tree.
         if let Some(nums) = integers(&r.body, items.len()) {
             if nums.len() != items.len() {
@@ -1241,16 +1249,6 @@ impl Link<'_> {
                 });
             }
         }
-        let done = &results[start..];
-        match self.tx {
-            Some(line) => self.engine.cache.after_batch(
-                items,
-                done,
-                prepared,
-                Some(&mut line.rows.borrow_mut()),
-            ),
-            None => self.engine.cache.after_batch(items, done, prepared, None),
-        }
         Ok(())
     }
 
@@ -1275,32 +1273,27 @@ impl Link<'_> {
 
 impl RowOps for Link<'_> {
     fn insert(&self, table: &'static Table, id: Option<i64>, row: &dyn Fields) -> Result<i64> {
-        let mut body = Vec::with_capacity(256);
-        match id {
-            Some(id) => {
-                // The forced ID travels in the object.
-                let mut r = OwnedRow::from_fields(row);
-                r.id = id;
-                json::write_fields(&mut body, &r, None, true, JsonDialect::Exact);
+        self.scope().insert(table, id, row, || {
+            let mut body = Vec::with_capacity(256);
+            match id {
+                Some(id) => {
+                    // The forced ID travels in the object.
+                    let mut r = OwnedRow::from_fields(row);
+                    r.id = id;
+                    json::write_fields(&mut body, &r, None, true, JsonDialect::Exact);
+                }
+                None => json::write_fields(&mut body, row, None, false, JsonDialect::Exact),
             }
-            None => json::write_fields(&mut body, row, None, false, JsonDialect::Exact),
-        }
-        let r = self.call("POST", table.name, &body)?;
-        if r.status != 201 {
-            return Err(r.error(Some(table)));
-        }
-        let new_id = r
-            .location
-            .as_deref()
-            .and_then(|l| l.rsplit('/').next())
-            .and_then(|s| s.parse().ok())
-            .ok_or_else(|| Error::engine(ENGINE, "201 without a Location"))?;
-        let item = BatchItem {
-            table,
-            op: BatchOp::Add { id, row },
-        };
-        self.after_write(&item, &BatchResult::Added(new_id));
-        Ok(new_id)
+            let r = self.call("POST", table.name, &body)?;
+            if r.status != 201 {
+                return Err(r.error(Some(table)));
+            }
+            r.location
+                .as_deref()
+                .and_then(|l| l.rsplit('/').next())
+                .and_then(|s| s.parse().ok())
+                .ok_or_else(|| Error::engine(ENGINE, "201 without a Location"))
+        })
     }
 
     fn update(
@@ -1309,66 +1302,34 @@ impl RowOps for Link<'_> {
         row: &dyn Fields,
         fields: Option<&[usize]>,
     ) -> Result<bool> {
-        self.engine.cache.flush_id(table, row.id());
-        let mut body = Vec::with_capacity(256);
-        json::write_fields(&mut body, row, fields, false, JsonDialect::Exact);
-        let r = self.call(
-            "PUT",
-            &RemoteEngine::table_path(table, Some(row.id())),
-            &body,
-        )?;
-        let done = match r.status {
-            200 => true,
-            404 => false,
-            _ => return Err(r.error(Some(table))),
-        };
-        let item = BatchItem {
-            table,
-            op: BatchOp::Update { row, fields },
-        };
-        let res = if done {
-            BatchResult::Done
-        } else {
-            BatchResult::Missing
-        };
-        self.after_write(&item, &res);
-        Ok(done)
+        self.scope().update(table, row, fields, || {
+            let mut body = Vec::with_capacity(256);
+            json::write_fields(&mut body, row, fields, false, JsonDialect::Exact);
+            let path = RemoteEngine::table_path(table, Some(row.id()));
+            found(table, self.call("PUT", &path, &body)?)
+        })
     }
 
     fn delete(&self, table: &'static Table, id: i64) -> Result<bool> {
-        self.engine.cache.flush_id(table, id);
-        let r = self.call("DELETE", &RemoteEngine::table_path(table, Some(id)), b"")?;
-        let existed = match r.status {
-            200 => true,
-            404 => false,
-            _ => return Err(r.error(Some(table))),
-        };
-        if self.tx.is_some() {
-            let item = BatchItem {
-                table,
-                op: BatchOp::Delete { id },
-            };
-            self.after_write(&item, &BatchResult::Done);
-        }
-        Ok(existed)
+        self.scope().delete(table, id, || {
+            let path = RemoteEngine::table_path(table, Some(id));
+            found(table, self.call("DELETE", &path, b"")?)
+        })
     }
 
     fn delete_where(&self, table: &'static Table, filter: &Filter) -> Result<u64> {
-        self.engine.cache.flush_table(table);
-        if let Some(line) = self.tx {
-            line.rows.borrow_mut().flush_table(table);
-        }
-        let mut path = format!("{}?where=", table.name);
-        percent_encode(&render_filter(table, filter)?, &mut path);
-        let r = self.call("DELETE", &path, b"")?;
-        self.engine.cache.flush_table(table);
-        if r.status != 200 {
-            return Err(r.error(Some(table)));
-        }
-        serde_json::from_slice::<serde_json::Value>(&r.body)
-            .ok()
-            .and_then(|v| v.get("deleted").and_then(|d| d.as_u64()))
-            .ok_or_else(|| Error::engine(ENGINE, "unexpected answer to a DELETE"))
+        self.scope().delete_where(table, || {
+            let mut path = format!("{}?where=", table.name);
+            percent_encode(&render_filter(table, filter)?, &mut path);
+            let r = self.call("DELETE", &path, b"")?;
+            if r.status != 200 {
+                return Err(r.error(Some(table)));
+            }
+            serde_json::from_slice::<serde_json::Value>(&r.body)
+                .ok()
+                .and_then(|v| v.get("deleted").and_then(|d| d.as_u64()))
+                .ok_or_else(|| Error::engine(ENGINE, "unexpected answer to a DELETE"))
+        })
     }
 
     fn retrieve(
@@ -1381,28 +1342,14 @@ impl RowOps for Link<'_> {
         if id <= 0 {
             return Ok(false);
         }
-        // Inside a transaction the server has the rows it wrote, which the
-        // cache holds only once it commits.
-        let in_tx = self.tx.is_some();
-        if !in_tx {
-            if let Some(r) = self.engine.cache.with(table, id, |row| out(row)) {
-                r?;
-                return Ok(true);
+        self.scope().retrieve_owned(table, id, out, || {
+            let r = self.call("GET", &RemoteEngine::table_path(table, Some(id)), b"")?;
+            match r.status {
+                200 => parse_object(table, &r.body).map(Some),
+                404 => Ok(None),
+                _ => Err(r.error(Some(table))),
             }
-        }
-        let r = self.call("GET", &RemoteEngine::table_path(table, Some(id)), b"")?;
-        match r.status {
-            200 => {
-                let row = parse_object(table, &r.body)?;
-                out(&row)?;
-                if !in_tx && self.engine.cache.covers(table, id) {
-                    self.engine.cache.put(row);
-                }
-                Ok(true)
-            }
-            404 => Ok(false),
-            _ => Err(r.error(Some(table))),
-        }
+        })
     }
 
     fn select(
@@ -1456,11 +1403,7 @@ impl RowOps for Link<'_> {
         results: &mut Vec<BatchResult>,
         stop_on_error: bool,
     ) -> Result<()> {
-        if items.is_empty() {
-            return Ok(());
-        }
-        let (r, prepared) = self.send_batch(items, stop_on_error, None)?;
-        self.batch_results(items, &r, results, prepared)
+        self.batch(items, results, stop_on_error, None)
     }
 }
 
@@ -1521,7 +1464,7 @@ impl Storage for RemoteEngine {
             engine: self,
             line: TxLine {
                 conn: RefCell::new(Some(conn)),
-                rows: RefCell::default(),
+                writes: TxWrites::default(),
             },
         }))
     }
@@ -1535,12 +1478,11 @@ impl Storage for RemoteEngine {
         stop_on_error: bool,
         rollback_on_error: bool,
     ) -> Option<Result<()>> {
-        if items.is_empty() {
-            return Some(Ok(()));
-        }
-        let link = self.link();
-        let r = link.send_batch(items, stop_on_error, Some(rollback_on_error));
-        Some(r.and_then(|(r, prepared)| link.batch_results(items, &r, results, prepared)))
+        let own_transaction = Some(rollback_on_error);
+        Some(
+            self.link()
+                .batch(items, results, stop_on_error, own_transaction),
+        )
     }
 
     fn sql_host(&self) -> Option<&dyn SqlHost> {
@@ -1573,7 +1515,7 @@ struct TxLine {
     /// was lost, and the server rolled the transaction back with it.
     conn: RefCell<Option<Conn>>,
     /// What the transaction wrote through the cache.
-    rows: RefCell<TxRows>,
+    writes: TxWrites,
 }
 
 impl TxLine {
@@ -1588,7 +1530,7 @@ impl TxLine {
             // Never sent again on another connection: the transaction is gone
             // with this one.
             *slot = None;
-            cache.rollback(self.rows.take());
+            self.writes.end(cache, false);
         }
         r.map(|(reply, _)| reply).map_err(Retry::into_error)
     }
@@ -1619,9 +1561,9 @@ impl RemoteTx {
     /// Ends the transaction with `END` (commit) or `ABORT`, then pools its
     /// connection again.
     fn end(&mut self, verb: &str) -> Result<()> {
-        let rows = self.line.rows.take();
         let Some(mut conn) = self.line.conn.get_mut().take() else {
             // Already rolled back by the server, when the connection was lost.
+            self.line.writes.end(&self.engine.cache, false);
             return if verb == "END" { Err(lost()) } else { Ok(()) };
         };
         let mut head = Vec::new();
@@ -1632,11 +1574,7 @@ impl RemoteTx {
         };
         let r = exchange(&mut conn, req, &mut || {}).map_err(Retry::into_error);
         let committed = verb == "END" && matches!(&r, Ok((reply, _)) if reply.status == 200);
-        if committed {
-            self.engine.cache.commit(rows);
-        } else {
-            self.engine.cache.rollback(rows);
-        }
+        self.line.writes.end(&self.engine.cache, committed);
         let (reply, keep) = r?;
         if keep {
             self.engine.put_back(conn);

@@ -27,7 +27,9 @@
 //!   pipelining, limits, `Date`, TLS, shutdown).
 //! - [`Auth`], [`Group`], [`Rights`]: access control (`auth.rs`).
 //! - [`RemoteEngine`], [`RemoteBuilder`], [`RemoteError`]: the client (`client.rs`).
-//! - [`OrmCache`], [`CachedEngine`]: the ORM cache (`cache.rs`).
+//! - The ORM cache ([`burrow_core::OrmCache`]) is the core's: the server
+//!   answers retrieves by ID from one ([`ServerBuilder::cache`]), the client
+//!   keeps rows in one ([`RemoteBuilder::cache`]).
 //!
 //! The protocol is documented message by message in `docs/protocol.md`.
 
@@ -35,7 +37,6 @@
 
 mod auth;
 mod batch;
-mod cache;
 mod client;
 mod reader;
 mod rest;
@@ -48,7 +49,6 @@ pub mod web;
 pub use auth::{
     mormot_password_hash, mormot_private_key, mormot_proof, mormot_signature, Auth, Group, Rights,
 };
-pub use cache::{CacheRule, CachedEngine, OrmCache};
 pub use client::{RemoteBuilder, RemoteEngine, RemoteError};
 pub use server::{Execution, Server, ServerBuilder};
 pub use web::Limits;
