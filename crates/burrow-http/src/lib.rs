@@ -26,7 +26,9 @@
 //!   that an application can put its own [`web::Handler`] on (connections,
 //!   pipelining, limits, `Date`, TLS, shutdown).
 //! - [`Auth`], [`Group`], [`Rights`]: access control (`auth.rs`).
-//! - [`RemoteEngine`], [`RemoteBuilder`], [`RemoteError`]: the client (`client.rs`).
+//! - [`RemoteEngine`], [`RemoteBuilder`], [`RemoteError`]: the client
+//!   (`remote/`: connections and their pool, retries, logins, URLs, batch
+//!   bodies, transactions, the row calls; `remote/mod.rs` lists its files).
 //! - The ORM cache ([`burrow_core::OrmCache`]) is the core's: the server
 //!   answers retrieves by ID from one ([`ServerBuilder::cache`]), the client
 //!   keeps rows in one ([`RemoteBuilder::cache`]).
@@ -37,8 +39,8 @@
 
 mod auth;
 mod batch;
-mod client;
 mod reader;
+mod remote;
 mod rest;
 mod server;
 mod sql;
@@ -49,6 +51,6 @@ pub mod web;
 pub use auth::{
     mormot_password_hash, mormot_private_key, mormot_proof, mormot_signature, Auth, Group, Rights,
 };
-pub use client::{RemoteBuilder, RemoteEngine, RemoteError};
+pub use remote::{RemoteBuilder, RemoteEngine, RemoteError};
 pub use server::{Execution, Server, ServerBuilder};
 pub use web::Limits;
