@@ -21,7 +21,7 @@
 //! - [`Server`], [`ServerBuilder`], [`Limits`], [`Execution`]: the REST
 //!   server (`server.rs`: its handler, where calls run, transactions;
 //!   `rest.rs`: the routes; `batch.rs`: batch bodies, read by `reader.rs`;
-//!   `sql.rs`: the SELECT subset it accepts).
+//!   `select.rs`: the SELECT subset it accepts over `GET /{root}`).
 //! - [`web`]: the HTTP/1.1 server core the REST server is a handler of, and
 //!   that an application can put its own [`web::Handler`] on (connections,
 //!   pipelining, limits, `Date`, TLS, shutdown).
@@ -42,8 +42,8 @@ mod batch;
 mod reader;
 mod remote;
 mod rest;
+mod select;
 mod server;
-mod sql;
 #[cfg(feature = "tls")]
 mod tls;
 pub mod web;
