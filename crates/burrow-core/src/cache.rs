@@ -58,7 +58,6 @@ struct TableCache {
 }
 
 impl TableCache {
-    /// Stores `row` (if its ID is cached) in `rows`, this table's map.
     /// Stores `row`, whose ID is `id`, in `rows` (this table's map) if that
     /// ID is cached. The ID comes apart from the row so that storing many
     /// rows does not read each one back.
@@ -920,5 +919,120 @@ impl EngineTx for CachedTx {
 
     fn sql_host(&self) -> Option<&dyn SqlHost> {
         self.inner.sql_host()
+    }
+}
+
+#[cfg(test)]
+mod test {
+    use std::time::Duration;
+
+    use super::{CacheRule, OrmCache, TxWrites};
+    use crate::json::OwnedRow;
+    use crate::schema::{Field, FieldKind, Table};
+    use crate::storage::{BatchItem, BatchOp, BatchResult};
+    use crate::value::Value;
+
+    static NOTE: Table = Table {
+        name: "Note",
+        fields: &[Field::new("Title", FieldKind::Text)],
+    };
+    static OTHER: Table = Table {
+        name: "Other",
+        fields: &[Field::new("Title", FieldKind::Text)],
+    };
+
+    fn row(table: &'static Table, id: i64, title: &str) -> OwnedRow {
+        OwnedRow {
+            table,
+            id,
+            values: vec![Value::Text(title.into())],
+        }
+    }
+
+    fn title(cache: &OrmCache, id: i64) -> Option<Value> {
+        cache.get(&NOTE, id).map(|r| r.values[0].clone())
+    }
+
+    const HOUR: Duration = Duration::from_secs(3600);
+
+    #[test]
+    fn an_entry_is_returned_within_its_time_to_live_only() {
+        let cache = OrmCache::new().table_named("Note", HOUR);
+        cache.put(row(&NOTE, 1, "a"));
+        assert_eq!(title(&cache, 1), Some(Value::Text("a".into())));
+        assert_eq!(cache.with(&NOTE, 1, |r| r.id), Some(1));
+        // Tables without a rule are not cached.
+        cache.put(row(&OTHER, 1, "b"));
+        assert!(cache.get(&OTHER, 1).is_none());
+        assert!(!cache.covers(&OTHER, 1));
+        let expired = OrmCache::new().table_named("Note", Duration::ZERO);
+        expired.put(row(&NOTE, 1, "a"));
+        assert!(expired.get(&NOTE, 1).is_none());
+        assert!(expired.with(&NOTE, 1, |_| ()).is_none());
+    }
+
+    #[test]
+    fn a_full_table_drops_expired_entries_and_then_stores_no_more() {
+        let mut cache = OrmCache::new();
+        let rule = |ttl| CacheRule {
+            ttl,
+            ids: None,
+            max_entries: 2,
+        };
+        cache.set("Note", rule(HOUR));
+        for id in 1..=3 {
+            cache.put(row(&NOTE, id, "x"));
+        }
+        assert!(cache.get(&NOTE, 2).is_some());
+        assert!(cache.get(&NOTE, 3).is_none());
+        // An entry already there is replaced even when full.
+        cache.put(row(&NOTE, 1, "y"));
+        assert_eq!(title(&cache, 1), Some(Value::Text("y".into())));
+        // Expired entries make room.
+        cache.set("Note", rule(Duration::ZERO));
+        for id in 1..=3 {
+            cache.put(row(&NOTE, id, "x"));
+        }
+        let stored = cache.tables[0].rows.read().map(|r| r.len()).ok();
+        assert_eq!(stored, Some(1));
+    }
+
+    #[test]
+    fn a_transaction_s_writes_reach_the_cache_at_commit_only() {
+        let cache = OrmCache::new().table_named("Note", HOUR);
+        let tx = TxWrites::default();
+        let written = row(&NOTE, 1, "written");
+        let item = BatchItem {
+            table: &NOTE,
+            op: BatchOp::Update {
+                row: &written,
+                fields: None,
+            },
+        };
+        cache.put(row(&NOTE, 1, "old"));
+        cache
+            .scope(Some(&tx))
+            .update(&NOTE, &written, None, || Ok(true))
+            .expect("update");
+        assert!(title(&cache, 1).is_none());
+        // A reader puts the committed row back meanwhile: gone at the end.
+        cache.put(row(&NOTE, 1, "old"));
+        tx.end(&cache, false);
+        assert!(title(&cache, 1).is_none());
+        let mut results = Vec::new();
+        cache
+            .scope(Some(&tx))
+            .apply_batch(&[item], &mut results, false, |results, _| {
+                results.push(BatchResult::Done);
+                Ok(())
+            })
+            .expect("batch");
+        assert!(title(&cache, 1).is_none());
+        tx.end(&cache, true);
+        assert_eq!(title(&cache, 1), Some(Value::Text("written".into())));
+        // Ended: nothing is left to hand over.
+        cache.flush();
+        tx.end(&cache, true);
+        assert!(title(&cache, 1).is_none());
     }
 }
