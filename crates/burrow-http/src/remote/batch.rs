@@ -54,7 +54,7 @@ impl Link<'_> {
                 self.write_batch(items, stop_on_error, own_transaction, out, piece)
             };
         // A batch the server runs in its own transaction, it parses and
-        // applies at once (see `batch::parse_and_run`), and receiving it
+        // applies at once (see `crate::batch::parse_and_run`), and receiving it
         // while it is encoded paid (in the benchmark, Batch went from about
         // 0.47 to 0.50-0.55 of in-process); inside a transaction of the
         // client's, the server reads it whole first, and the second encoding
