@@ -16,8 +16,8 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use burrow::sqlite::SqliteEngine;
-use burrow::{Client, Model, Orm};
-use burrow_http::{OrmCache, RemoteEngine, Server};
+use burrow::{Client, Model, Orm, OrmCache};
+use burrow_http::{RemoteEngine, Server};
 
 use crate::sample::Sample;
 use crate::targets::{

@@ -6,10 +6,12 @@
 //! - [`Filter`], [`Query`], [`Select`]: WHERE clauses, checked and re-rendered, never spliced.
 //! - [`Storage`], [`RowOps`], [`EngineTx`], [`SqlHost`], [`Caps`]: what engines implement.
 //! - [`Orm`], [`Client`], [`Model`], [`Transaction`], [`Batch`]: the application's API.
+//! - [`OrmCache`], [`CachedEngine`]: the ORM cache, rows by ID in front of any engine.
 //! - [`driver`]: helpers for engine authors.
 //! - [`Error`], [`ErrorKind`], [`Result`]: the one error type.
 
 mod batch;
+mod cache;
 mod client;
 mod currency;
 pub mod datetime;
@@ -27,6 +29,7 @@ mod transaction;
 mod value;
 
 pub use batch::{Batch, BatchOptions};
+pub use cache::{CacheRule, CachedEngine, OrmCache};
 pub use chrono;
 pub use client::{Client, ClientBuilder, Model};
 pub use currency::{Currency, ParseCurrencyError, CURRENCY_SCALE};
@@ -48,6 +51,7 @@ pub use value::{Params, Value, ValueRef};
 /// What engine authors and servers share, apart from what applications use.
 pub mod driver {
     pub use crate::batch::field_subset;
+    pub use crate::cache::{CacheScope, TxWrites};
     pub use crate::storage::{apply_each, apply_one};
     pub use crate::transaction::{engine_order, next_tx_token, run_batch, same_engine};
 }

@@ -1,9 +1,9 @@
 //! A row held as values.
 
 use crate::error::{Error, Result};
-use crate::json::{parse_id, parse_value, zero_value};
+use crate::json::zero_value;
 use crate::record::{Fields, Row};
-use crate::schema::{Column, Table};
+use crate::schema::Table;
 use crate::value::{Value, ValueRef};
 
 /// A row held as values: what the server builds from a request body and what
@@ -50,44 +50,6 @@ impl OwnedRow {
                 .map(|i| row.get(i).map(|v| v.to_owned()))
                 .collect::<Result<_>>()?,
         })
-    }
-
-    /// Builds a row from a JSON object. With `whole`, fields it leaves out take
-    /// their zero value; otherwise only the fields present are returned, as
-    /// indexes. An `ID` (or `RowID`) member sets the ID. Unknown members are an
-    /// [`Error::UnknownField`].
-    pub fn from_object(
-        table: &'static Table,
-        obj: &serde_json::Map<String, serde_json::Value>,
-        whole: bool,
-    ) -> Result<(OwnedRow, Vec<usize>)> {
-        let mut row = OwnedRow::zero(table);
-        let mut present = Vec::with_capacity(obj.len());
-        for (name, v) in obj {
-            match table.column(name) {
-                Some(Column::Id) => {
-                    row.id = parse_id(v).ok_or_else(|| {
-                        Error::BadInput(format!("{}: ID must be a positive integer", table.name))
-                    })?;
-                }
-                Some(Column::Field(i)) => {
-                    row.values[i] = parse_value(table, &table.fields[i], v)?;
-                    if !present.contains(&i) {
-                        present.push(i);
-                    }
-                }
-                None => {
-                    return Err(Error::UnknownField {
-                        table: table.name,
-                        field: name.clone(),
-                    })
-                }
-            }
-        }
-        if whole {
-            present = (0..table.fields.len()).collect();
-        }
-        Ok((row, present))
     }
 }
 

@@ -21,14 +21,18 @@
 //! - [`Server`], [`ServerBuilder`], [`Limits`], [`Execution`]: the REST
 //!   server (`server.rs`: its handler, where calls run, transactions;
 //!   `rest.rs`: the routes; `batch.rs`: batch bodies, read by burrow-core's
-//!   streaming [`burrow_core::json::Reader`];
-//!   `sql.rs`: the SELECT subset it accepts).
+//!   streaming [`burrow_core::json::Reader`]; `select.rs`: the SELECT subset
+//!   it accepts over `GET /{root}`).
 //! - [`web`]: the HTTP/1.1 server core the REST server is a handler of, and
 //!   that an application can put its own [`web::Handler`] on (connections,
 //!   pipelining, limits, `Date`, TLS, shutdown).
 //! - [`Auth`], [`Group`], [`Rights`]: access control (`auth.rs`).
-//! - [`RemoteEngine`], [`RemoteBuilder`], [`RemoteError`]: the client (`client.rs`).
-//! - [`OrmCache`], [`CachedEngine`]: the ORM cache (`cache.rs`).
+//! - [`RemoteEngine`], [`RemoteBuilder`], [`RemoteError`]: the client
+//!   (`remote/`: connections and their pool, retries, logins, URLs, batch
+//!   bodies, transactions, the row calls; `remote/mod.rs` lists its files).
+//! - The ORM cache ([`burrow_core::OrmCache`]) is the core's: the server
+//!   answers retrieves by ID from one ([`ServerBuilder::cache`]), the client
+//!   keeps rows in one ([`RemoteBuilder::cache`]).
 //!
 //! The protocol is documented message by message in `docs/protocol.md`.
 
@@ -36,11 +40,10 @@
 
 mod auth;
 mod batch;
-mod cache;
-mod client;
+mod remote;
 mod rest;
+mod select;
 mod server;
-mod sql;
 mod throttle;
 #[cfg(feature = "tls")]
 mod tls;
@@ -49,8 +52,7 @@ pub mod web;
 pub use auth::{
     mormot_password_hash, mormot_private_key, mormot_proof, mormot_signature, Auth, Group, Rights,
 };
-pub use cache::{CacheRule, CachedEngine, OrmCache};
-pub use client::{RemoteBuilder, RemoteEngine, RemoteError};
+pub use remote::{RemoteBuilder, RemoteEngine, RemoteError};
 pub use server::{Execution, Server, ServerBuilder, TxLimits};
 pub use throttle::LoginLimits;
 pub use web::Limits;

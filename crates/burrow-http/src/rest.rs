@@ -16,8 +16,8 @@ use burrow_core::{
 
 use crate::auth::{Denied, Principal, Rights};
 use crate::batch;
+use crate::select::{self as sql, Projection, SqlError};
 use crate::server::Shared;
-use crate::sql::{self, Projection, SqlError};
 use crate::web::{Request, RequestHead, Response, JSON, TEXT};
 
 type Outcome = std::result::Result<Response, Response>;

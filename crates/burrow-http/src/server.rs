@@ -50,10 +50,9 @@ use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, RwLock};
 use std::time::{Duration, Instant};
 
-use burrow_core::{Client, Error, Placement, Result, Transaction};
+use burrow_core::{Client, Error, OrmCache, Placement, Result, Transaction};
 
 use crate::auth::{Auth, Principal};
-use crate::cache::OrmCache;
 use crate::rest::{self, RestRequest};
 use crate::web::{Handler, Headers, HttpServer, Limits, Request, RequestHead, Response};
 

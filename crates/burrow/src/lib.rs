@@ -4,7 +4,8 @@
 //!
 //! What applications use is here, flat: the [`Record`] derive and trait,
 //! [`Orm`], [`Client`], [`Transaction`], [`Model`], [`Query`], [`Batch`],
-//! [`Value`], [`Currency`], [`Error`]; [`prelude`] brings the traits and the
+//! [`Value`], [`Currency`], [`Error`], and the ORM cache ([`OrmCache`] in
+//! front of any engine through [`CachedEngine`]); [`prelude`] brings the traits and the
 //! common types in with one `use`. Engines live behind cargo features:
 //! [`sqlite`] (default), [`memory`] (default), [`sql`] (`sql`, `postgres`,
 //! `mysql`), [`http`] (`http`, `tls`). What engine authors need, and
@@ -12,9 +13,9 @@
 #![cfg_attr(docsrs, feature(doc_cfg))]
 
 pub use burrow_core::{
-    params, Batch, BatchOptions, BatchResult, Client, ClientBuilder, Currency, Error, ErrorKind,
-    Json, Model, Orm, Params, ParseCurrencyError, Query, Record, Ref, Result, Storage, Transaction,
-    Value, CURRENCY_SCALE,
+    params, Batch, BatchOptions, BatchResult, CacheRule, CachedEngine, Client, ClientBuilder,
+    Currency, Error, ErrorKind, Json, Model, Orm, OrmCache, Params, ParseCurrencyError, Query,
+    Record, Ref, Result, Storage, Transaction, Value, CURRENCY_SCALE,
 };
 pub use burrow_core::{AutoTime, Field, FieldKind, FieldType, Table};
 pub use burrow_derive::Record;
@@ -62,7 +63,8 @@ pub mod memory {
     pub use burrow_memory::{FileError, FileFormat, MemoryEngine, MemoryOptions, MemoryTx};
 }
 
-/// The HTTP server, the HTTP client engine and the ORM cache (feature `http`).
+/// The HTTP server and the HTTP client engine (feature `http`); both take an
+/// [`OrmCache`](crate::OrmCache).
 #[cfg(feature = "http")]
 #[cfg_attr(docsrs, doc(cfg(feature = "http")))]
 pub mod http {

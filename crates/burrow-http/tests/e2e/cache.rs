@@ -1,12 +1,14 @@
-//! The ORM cache: hits, invalidation by writes through it, and the bound on
-//! staleness for writes made elsewhere.
+//! The ORM cache on both sides of HTTP: hits, invalidation by writes
+//! through it, and the bound on staleness for writes made elsewhere (the
+//! cache in front of an in-process engine is tested in `burrow`'s
+//! `tests/cache.rs`).
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use burrow_core::{Client, Orm, RowOps};
+use burrow_core::{Client, Orm, OrmCache, RowOps};
 
-use burrow_http::{CachedEngine, OrmCache, RemoteEngine};
+use burrow_http::RemoteEngine;
 
 use crate::common::*;
 
@@ -115,77 +117,5 @@ fn server_cache_is_invalidated_by_writes_through_the_server() -> TestResult {
     );
     assert_eq!(r.status, 200);
     assert_eq!(db.retrieve::<Sample>(1)?.first_name, "Flushed");
-    Ok(())
-}
-
-#[test]
-fn cached_engine_in_process() -> TestResult {
-    let (_, engine) = hosted();
-    let cached = Arc::new(CachedEngine::new(
-        engine.clone(),
-        OrmCache::new().ids::<Sample>(&[1], Duration::from_secs(60)),
-    ));
-    let db = Client::open(model(), cached.clone())?;
-    let mut s = sample(1);
-    db.add(&mut s)?;
-    db.add(&mut sample(2))?;
-    assert!(cached
-        .cache()
-        .get(<Sample as burrow_core::Record>::table(), 1)
-        .is_some());
-    assert!(cached
-        .cache()
-        .get(<Sample as burrow_core::Record>::table(), 2)
-        .is_none());
-    // Within one process, writes through the cache are seen at once.
-    s.amount = burrow_core::Currency::from_scaled(1);
-    db.update(&mut s)?;
-    assert_eq!(db.retrieve::<Sample>(1)?.amount, s.amount);
-    cached.cache().flush();
-    assert!(cached
-        .cache()
-        .get(<Sample as burrow_core::Record>::table(), 1)
-        .is_none());
-    assert_eq!(db.retrieve::<Sample>(1)?, s);
-    Ok(())
-}
-
-#[test]
-fn a_cached_engine_holds_a_transaction_s_writes_only_once_committed() -> TestResult {
-    let (_, engine) = hosted();
-    let cached = Arc::new(CachedEngine::new(
-        engine,
-        OrmCache::new().table::<Sample>(Duration::from_secs(60)),
-    ));
-    let db = Client::open(model(), cached.clone())?;
-    let table = <Sample as burrow_core::Record>::table();
-    let mut s = sample(1);
-    let tx = db.transaction()?;
-    tx.add(&mut s)?;
-    // The transaction reads its own write; the cache does not hold it yet.
-    assert_eq!(tx.retrieve::<Sample>(1)?, s);
-    assert!(cached.cache().get(table, 1).is_none());
-    tx.commit()?;
-    assert_eq!(cached.cache().get(table, 1).map(|r| r.id), Some(1));
-    // Rolled back (dropped): the entry it dropped stays dropped, and the
-    // committed row reads back.
-    {
-        let tx = db.transaction()?;
-        let mut changed = s.clone();
-        changed.first_name = "Rolled back".into();
-        tx.update(&mut changed)?;
-        assert!(cached.cache().get(table, 1).is_none());
-        assert_eq!(tx.retrieve::<Sample>(1)?.first_name, "Rolled back");
-    }
-    assert!(cached.cache().get(table, 1).is_none());
-    assert_eq!(db.retrieve::<Sample>(1)?, s);
-    // A delete by filter inside a transaction: an entry put back meanwhile
-    // (the committed row, read outside it) goes at its commit.
-    let tx = db.transaction()?;
-    tx.delete_where::<Sample>("ID = ?", &burrow_core::params![1])?;
-    cached.cache().put(burrow_core::OwnedRow::from_fields(&s));
-    tx.commit()?;
-    assert!(cached.cache().get(table, 1).is_none());
-    assert!(db.get::<Sample>(1)?.is_none());
     Ok(())
 }

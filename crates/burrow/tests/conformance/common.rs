@@ -154,7 +154,7 @@ pub struct Store {
     /// [`Store::client`].
     host: Option<RemoteHost>,
     /// For a cached store: the cache, which raw SQL bypasses.
-    cache: Option<Arc<burrow_http::CachedEngine>>,
+    cache: Option<Arc<burrow::CachedEngine>>,
     // Declared last: the database files, or the server schema, go after the
     // engine that holds them.
     _dir: Option<TempDir>,
@@ -326,10 +326,10 @@ impl Factory for Cached {
             SqliteOptions::memory().busy_timeout(LOCK_TIMEOUT),
         )?);
         let ttl = std::time::Duration::from_secs(60);
-        let cache = burrow_http::OrmCache::new()
+        let cache = burrow::OrmCache::new()
             .table::<Sample>(ttl)
             .table::<Tag>(ttl);
-        let cached = Arc::new(burrow_http::CachedEngine::new(sqlite.clone(), cache));
+        let cached = Arc::new(burrow::CachedEngine::new(sqlite.clone(), cache));
         Ok(Store {
             opened: Some(Opened {
                 engine: cached.clone(),

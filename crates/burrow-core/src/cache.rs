@@ -1,8 +1,11 @@
 //! The ORM cache: rows by ID, per table, each kept for a bounded time.
 //!
-//! One [`OrmCache`] serves three places: the HTTP client ([`crate::RemoteEngine`]
-//! keeps the rows it read or wrote), the server (it answers `GET /{root}/{Table}/{ID}`
-//! from it), and any in-process engine through [`CachedEngine`]. Rules:
+//! It lives in the core so that an embedded application caches without the
+//! HTTP layer: [`CachedEngine`] puts an [`OrmCache`] in front of any engine.
+//! `burrow-http` uses the same cache on both sides: its server answers
+//! `GET /{root}/{Table}/{ID}` from one, and its client engine keeps the rows
+//! it read or wrote in one, through [`CacheScope`], the write-through rules
+//! below as calls an engine wraps its own row calls in. Rules:
 //!
 //! - only the tables (or the IDs of a table) configured are cached, each with a
 //!   time to live; an entry older than that is never returned, so a write made
@@ -23,10 +26,14 @@ use std::collections::HashMap;
 use std::sync::{Arc, PoisonError, RwLock, RwLockWriteGuard};
 use std::time::{Duration, Instant};
 
-use burrow_core::{
-    BatchItem, BatchOp, BatchResult, Caps, Column, EngineTx, Fields, Filter, OwnedRow, Record,
-    Result, Row, RowOps, Select, SqlHost, Storage, Table, Value,
-};
+use crate::error::Result;
+use crate::filter::Filter;
+use crate::query::Select;
+use crate::record::{Fields, Record, Row};
+use crate::row::OwnedRow;
+use crate::schema::{Column, Table};
+use crate::storage::{BatchItem, BatchOp, BatchResult, Caps, EngineTx, RowOps, SqlHost, Storage};
+use crate::value::Value;
 
 /// What to cache of one table.
 #[derive(Debug, Clone)]
@@ -51,7 +58,6 @@ struct TableCache {
 }
 
 impl TableCache {
-    /// Stores `row` (if its ID is cached) in `rows`, this table's map.
     /// Stores `row`, whose ID is `id`, in `rows` (this table's map) if that
     /// ID is cached. The ID comes apart from the row so that storing many
     /// rows does not read each one back.
@@ -126,22 +132,35 @@ struct Pending {
     row: Option<Arc<OwnedRow>>,
 }
 
-/// What a transaction wrote through a cache, kept by the transaction's handle
-/// until it ends ([`OrmCache::commit`], [`OrmCache::rollback`]): the cache
-/// never shows uncommitted data, and a reader outside the transaction that
-/// puts the old row back meanwhile does not keep it past the commit.
+/// What a transaction wrote through a cache so far.
 #[derive(Default)]
-pub(crate) struct TxRows {
+struct TxRows {
     rows: Vec<Pending>,
     /// Tables whose entries all go at commit (a delete by filter).
     tables: Vec<&'static Table>,
 }
 
-impl TxRows {
-    /// Notes that every entry of `table` goes at commit.
-    pub(crate) fn flush_table(&mut self, table: &'static Table) {
-        if !self.tables.iter().any(|t| std::ptr::eq(*t, table)) {
-            self.tables.push(table);
+/// What a transaction wrote through a cache, kept by the transaction's handle
+/// until it ends ([`TxWrites::end`]): the cache never shows uncommitted data,
+/// and a reader outside the transaction that puts the old row back
+/// meanwhile does not keep it past the commit.
+#[derive(Default)]
+pub struct TxWrites {
+    rows: RefCell<TxRows>,
+}
+
+impl TxWrites {
+    /// Hands what the transaction wrote to `cache` as it ended: stored (its
+    /// whole rows) and dropped again (the other entries it touched) when
+    /// `committed`, else forgotten, the entries it touched dropped again (a
+    /// reader may have put back a row the transaction had not committed).
+    /// Later calls find nothing left.
+    pub fn end(&self, cache: &OrmCache, committed: bool) {
+        let rows = self.rows.take();
+        if committed {
+            cache.commit(rows);
+        } else {
+            cache.rollback(rows);
         }
     }
 }
@@ -283,12 +302,7 @@ impl OrmCache {
     /// Updates the cache after a write: whole rows added or updated are stored,
     /// partial updates and deletes drop their entry. Inside a transaction
     /// (`tx`) the entry is dropped now and the write noted for its end.
-    pub(crate) fn after_write(
-        &self,
-        item: &BatchItem<'_>,
-        result: &BatchResult,
-        tx: Option<&mut TxRows>,
-    ) {
+    fn after_write(&self, item: &BatchItem<'_>, result: &BatchResult, tx: Option<&TxWrites>) {
         if self.slot(item.table).is_none() {
             return;
         }
@@ -310,7 +324,7 @@ impl OrmCache {
             (None, None) => self.flush_id(item.table, id),
             (Some(tx), row) => {
                 self.flush_id(item.table, id);
-                tx.rows.push(Pending {
+                tx.rows.borrow_mut().rows.push(Pending {
                     table: item.table,
                     id,
                     row: row.map(Arc::new),
@@ -323,8 +337,8 @@ impl OrmCache {
 impl OrmCache {
     /// The copies of the rows a batch stores if its writes succeed (see
     /// [`OrmCache::after_batch`]), one per item (`None` where nothing would be
-    /// stored). A client builds them while the server works on the batch.
-    pub(crate) fn prepare_batch(&self, items: &[BatchItem<'_>]) -> Vec<Option<Arc<OwnedRow>>> {
+    /// stored). An engine that waits for its writes (a remote one) builds them meanwhile.
+    fn prepare_batch(&self, items: &[BatchItem<'_>]) -> Vec<Option<Arc<OwnedRow>>> {
         if self.tables.is_empty() {
             return Vec::new();
         }
@@ -351,16 +365,17 @@ impl OrmCache {
     /// taking each lock once per run of items on the same table rather than
     /// once per row. `prepared` holds the rows from
     /// [`OrmCache::prepare_batch`], or is empty.
-    pub(crate) fn after_batch(
+    fn after_batch(
         &self,
         items: &[BatchItem<'_>],
         results: &[BatchResult],
         mut prepared: Vec<Option<Arc<OwnedRow>>>,
-        mut tx: Option<&mut TxRows>,
+        tx: Option<&TxWrites>,
     ) {
         if self.tables.is_empty() {
             return;
         }
+        let mut tx = tx.map(|tx| tx.rows.borrow_mut());
         let now = Instant::now();
         let mut locked = Locked::new(self);
         for (k, (item, result)) in items.iter().zip(results).enumerate() {
@@ -417,7 +432,7 @@ impl OrmCache {
 
     /// Applies what a transaction wrote, now committed: its whole rows are
     /// stored, the other entries it touched dropped again.
-    pub(crate) fn commit(&self, tx: TxRows) {
+    fn commit(&self, tx: TxRows) {
         for t in &tx.tables {
             self.flush_table(t);
         }
@@ -441,7 +456,7 @@ impl OrmCache {
 
     /// Forgets what a transaction wrote, now rolled back: an entry a reader
     /// put back meanwhile may hold a row the transaction had not committed.
-    pub(crate) fn rollback(&self, tx: TxRows) {
+    fn rollback(&self, tx: TxRows) {
         for t in &tx.tables {
             self.flush_table(t);
         }
@@ -459,6 +474,229 @@ impl OrmCache {
 fn remove(rows: &mut Rows, id: i64) {
     if !rows.is_empty() {
         rows.remove(&id);
+    }
+}
+
+/// The cache as one unit of work writes through it: an engine's own calls
+/// (`tx` is `None`, each call its own transaction) or those of an open
+/// transaction, whose writes wait in its [`TxWrites`] for its end.
+///
+/// An engine wraps each of its row calls in the matching call here, which
+/// keeps the cache's rules: [`CachedEngine`] does so over any engine, and an
+/// engine that must stay in charge of how it reads and writes (the HTTP
+/// client, which builds the cache's copies of a batch while the server works
+/// on it) does so itself.
+#[derive(Clone, Copy)]
+pub struct CacheScope<'a> {
+    cache: &'a OrmCache,
+    tx: Option<&'a TxWrites>,
+}
+
+impl OrmCache {
+    /// The cache as seen by the engine's own calls (`tx` is `None`) or by a
+    /// transaction that notes its writes in `tx`.
+    pub fn scope<'a>(&'a self, tx: Option<&'a TxWrites>) -> CacheScope<'a> {
+        CacheScope { cache: self, tx }
+    }
+}
+
+impl CacheScope<'_> {
+    /// The cache.
+    pub fn cache(&self) -> &OrmCache {
+        self.cache
+    }
+
+    /// An insert: `write` inserts `row` (with the forced `id`, if any) and
+    /// returns its ID.
+    pub fn insert(
+        &self,
+        table: &'static Table,
+        id: Option<i64>,
+        row: &dyn Fields,
+        write: impl FnOnce() -> Result<i64>,
+    ) -> Result<i64> {
+        let new_id = write()?;
+        let item = BatchItem {
+            table,
+            op: BatchOp::Add { id, row },
+        };
+        self.cache
+            .after_write(&item, &BatchResult::Added(new_id), self.tx);
+        Ok(new_id)
+    }
+
+    /// An update of `row` (the listed `fields`, or all): `write` updates it
+    /// and says whether the row existed.
+    pub fn update(
+        &self,
+        table: &'static Table,
+        row: &dyn Fields,
+        fields: Option<&[usize]>,
+        write: impl FnOnce() -> Result<bool>,
+    ) -> Result<bool> {
+        // Dropped first: a failure after the write must not leave a stale entry.
+        self.cache.flush_id(table, row.id());
+        let done = write()?;
+        let item = BatchItem {
+            table,
+            op: BatchOp::Update { row, fields },
+        };
+        let result = if done {
+            BatchResult::Done
+        } else {
+            BatchResult::Missing
+        };
+        self.cache.after_write(&item, &result, self.tx);
+        Ok(done)
+    }
+
+    /// A delete by ID: `write` deletes the row and says whether it existed.
+    pub fn delete(
+        &self,
+        table: &'static Table,
+        id: i64,
+        write: impl FnOnce() -> Result<bool>,
+    ) -> Result<bool> {
+        self.cache.flush_id(table, id);
+        let existed = write()?;
+        // Outside a transaction the entry is gone for good; inside, it must
+        // go again at the end, whatever a reader put back meanwhile.
+        if self.tx.is_some() {
+            let item = BatchItem {
+                table,
+                op: BatchOp::Delete { id },
+            };
+            self.cache.after_write(&item, &BatchResult::Done, self.tx);
+        }
+        Ok(existed)
+    }
+
+    /// A delete by filter: every entry of `table` goes, before and after
+    /// `write` (which may fail halfway), and again when a transaction ends.
+    pub fn delete_where(
+        &self,
+        table: &'static Table,
+        write: impl FnOnce() -> Result<u64>,
+    ) -> Result<u64> {
+        self.cache.flush_table(table);
+        if let Some(tx) = self.tx {
+            let tables = &mut tx.rows.borrow_mut().tables;
+            if !tables.iter().any(|t| std::ptr::eq(*t, table)) {
+                tables.push(table);
+            }
+        }
+        let n = write();
+        self.cache.flush_table(table);
+        n
+    }
+
+    /// The row with this ID from the cache, handed to `out`: `Some` with
+    /// the outcome of `out` on a hit, `None` when the engine must read it.
+    /// Inside a transaction always `None`: the engine has the rows the
+    /// transaction wrote, which the cache holds only once it commits.
+    #[inline]
+    fn hit(
+        &self,
+        table: &'static Table,
+        id: i64,
+        out: &mut dyn FnMut(&dyn Row) -> Result<()>,
+    ) -> Option<Result<bool>> {
+        if self.tx.is_some() {
+            return None;
+        }
+        let r = self.cache.with(table, id, |row| out(row))?;
+        Some(r.map(|()| true))
+    }
+
+    /// Whether a row read by the engine is to be kept.
+    fn keeps(&self, table: &Table, id: i64) -> bool {
+        self.tx.is_none() && self.cache.covers(table, id)
+    }
+
+    /// A retrieve by ID: a hit is handed to `out` under the cache's read
+    /// lock, with no allocation; otherwise `read` hands the engine's row to
+    /// the `out` it is given and says whether there was one, and a copy is
+    /// kept when the cache covers it.
+    pub fn retrieve(
+        &self,
+        table: &'static Table,
+        id: i64,
+        out: &mut dyn FnMut(&dyn Row) -> Result<()>,
+        read: impl FnOnce(&mut dyn FnMut(&dyn Row) -> Result<()>) -> Result<bool>,
+    ) -> Result<bool> {
+        if let Some(hit) = self.hit(table, id, out) {
+            return hit;
+        }
+        if !self.keeps(table, id) {
+            return read(out);
+        }
+        let mut copy = None;
+        let found = read(&mut |row| {
+            copy = Some(OwnedRow::from_row(table, row)?);
+            out(row)
+        })?;
+        if let Some(c) = copy {
+            self.cache.put(c);
+        }
+        Ok(found)
+    }
+
+    /// [`CacheScope::retrieve`] for an engine that reads rows into rows of
+    /// its own (`read` returns it, `None` when there is none): the row goes
+    /// into the cache as it is, rather than copied.
+    pub fn retrieve_owned(
+        &self,
+        table: &'static Table,
+        id: i64,
+        out: &mut dyn FnMut(&dyn Row) -> Result<()>,
+        read: impl FnOnce() -> Result<Option<OwnedRow>>,
+    ) -> Result<bool> {
+        if let Some(hit) = self.hit(table, id, out) {
+            return hit;
+        }
+        let Some(row) = read()? else {
+            return Ok(false);
+        };
+        out(&row)?;
+        if self.keeps(table, id) {
+            self.cache.put(row);
+        }
+        Ok(true)
+    }
+
+    /// A batch: `apply` appends one result per item applied to the `Vec` it
+    /// is given, and may call the function it is given once while it waits
+    /// for the writes to apply elsewhere, for the cache to copy the rows
+    /// meanwhile. With `own_transaction`, `apply` runs the batch in a
+    /// transaction of the engine's own, begun and ended within it (see
+    /// [`Storage::apply_batch_in_transaction`]), and the cache keeps its
+    /// results only when it succeeds, as only then are they known to be
+    /// committed; otherwise they stand whether or not it fails (each item
+    /// its own write, or the open transaction's).
+    pub fn apply_batch(
+        &self,
+        items: &[BatchItem<'_>],
+        results: &mut Vec<BatchResult>,
+        own_transaction: bool,
+        apply: impl FnOnce(&mut Vec<BatchResult>, &mut dyn FnMut()) -> Result<()>,
+    ) -> Result<()> {
+        // Rows the batch changes leave the cache before it runs, once (an
+        // engine may send it twice).
+        for item in items {
+            match item.op {
+                BatchOp::Update { row, .. } => self.cache.flush_id(item.table, row.id()),
+                BatchOp::Delete { id } => self.cache.flush_id(item.table, id),
+                BatchOp::Add { .. } => {}
+            }
+        }
+        let start = results.len();
+        let mut prepared = Vec::new();
+        let r = apply(results, &mut || prepared = self.cache.prepare_batch(items));
+        if r.is_ok() || !own_transaction {
+            self.cache
+                .after_batch(items, &results[start..], prepared, self.tx);
+        }
+        r
     }
 }
 
@@ -493,52 +731,22 @@ impl CachedEngine {
     fn link(&self) -> Cached<'_> {
         Cached {
             rows: &*self.inner,
-            cache: &self.cache,
-            tx: None,
+            scope: self.cache.scope(None),
         }
     }
 }
 
-/// The row calls of a [`CachedEngine`] (`tx` is `None`) or of one of its
-/// transactions: the inner engine's or transaction's, with the cache kept.
+/// The row calls of a [`CachedEngine`] or of one of its transactions: the
+/// inner engine's or transaction's, each wrapped in its cache call.
 struct Cached<'a> {
     rows: &'a dyn RowOps,
-    cache: &'a OrmCache,
-    /// What the open transaction wrote so far.
-    tx: Option<&'a RefCell<TxRows>>,
-}
-
-impl Cached<'_> {
-    fn after_write(&self, item: &BatchItem<'_>, result: &BatchResult) {
-        match self.tx {
-            Some(tx) => self
-                .cache
-                .after_write(item, result, Some(&mut tx.borrow_mut())),
-            None => self.cache.after_write(item, result, None),
-        }
-    }
-
-    /// Drops the cached rows that `items` update or delete.
-    fn flush_items(&self, items: &[BatchItem<'_>]) {
-        for item in items {
-            match item.op {
-                BatchOp::Update { row, .. } => self.cache.flush_id(item.table, row.id()),
-                BatchOp::Delete { id } => self.cache.flush_id(item.table, id),
-                BatchOp::Add { .. } => {}
-            }
-        }
-    }
+    scope: CacheScope<'a>,
 }
 
 impl RowOps for Cached<'_> {
     fn insert(&self, table: &'static Table, id: Option<i64>, row: &dyn Fields) -> Result<i64> {
-        let new_id = self.rows.insert(table, id, row)?;
-        let item = BatchItem {
-            table,
-            op: BatchOp::Add { id, row },
-        };
-        self.after_write(&item, &BatchResult::Added(new_id));
-        Ok(new_id)
+        self.scope
+            .insert(table, id, row, || self.rows.insert(table, id, row))
     }
 
     fn update(
@@ -547,43 +755,17 @@ impl RowOps for Cached<'_> {
         row: &dyn Fields,
         fields: Option<&[usize]>,
     ) -> Result<bool> {
-        // Dropped first: a failure after the write must not leave a stale entry.
-        self.cache.flush_id(table, row.id());
-        let done = self.rows.update(table, row, fields)?;
-        let item = BatchItem {
-            table,
-            op: BatchOp::Update { row, fields },
-        };
-        let r = if done {
-            BatchResult::Done
-        } else {
-            BatchResult::Missing
-        };
-        self.after_write(&item, &r);
-        Ok(done)
+        self.scope
+            .update(table, row, fields, || self.rows.update(table, row, fields))
     }
 
     fn delete(&self, table: &'static Table, id: i64) -> Result<bool> {
-        self.cache.flush_id(table, id);
-        let existed = self.rows.delete(table, id)?;
-        if self.tx.is_some() {
-            let item = BatchItem {
-                table,
-                op: BatchOp::Delete { id },
-            };
-            self.after_write(&item, &BatchResult::Done);
-        }
-        Ok(existed)
+        self.scope.delete(table, id, || self.rows.delete(table, id))
     }
 
     fn delete_where(&self, table: &'static Table, filter: &Filter) -> Result<u64> {
-        self.cache.flush_table(table);
-        if let Some(tx) = self.tx {
-            tx.borrow_mut().flush_table(table);
-        }
-        let n = self.rows.delete_where(table, filter)?;
-        self.cache.flush_table(table);
-        Ok(n)
+        self.scope
+            .delete_where(table, || self.rows.delete_where(table, filter))
     }
 
     fn retrieve(
@@ -592,25 +774,8 @@ impl RowOps for Cached<'_> {
         id: i64,
         out: &mut dyn FnMut(&dyn Row) -> Result<()>,
     ) -> Result<bool> {
-        if self.tx.is_some() {
-            return self.rows.retrieve(table, id, out);
-        }
-        if let Some(r) = self.cache.with(table, id, |row| out(row)) {
-            r?;
-            return Ok(true);
-        }
-        if !self.cache.covers(table, id) {
-            return self.rows.retrieve(table, id, out);
-        }
-        let mut copy = None;
-        let found = self.rows.retrieve(table, id, &mut |row| {
-            copy = Some(OwnedRow::from_row(table, row)?);
-            out(row)
-        })?;
-        if let Some(c) = copy {
-            self.cache.put(c);
-        }
-        Ok(found)
+        self.scope
+            .retrieve(table, id, out, |out| self.rows.retrieve(table, id, out))
     }
 
     fn select(
@@ -641,21 +806,13 @@ impl RowOps for Cached<'_> {
         results: &mut Vec<BatchResult>,
         stop_on_error: bool,
     ) -> Result<()> {
-        self.flush_items(items);
-        let start = results.len();
-        let r = self.rows.apply_batch(items, results, stop_on_error);
-        let done = &results[start..];
-        match self.tx {
-            Some(tx) => self
-                .cache
-                .after_batch(items, done, Vec::new(), Some(&mut tx.borrow_mut())),
-            None => self.cache.after_batch(items, done, Vec::new(), None),
-        }
-        r
+        self.scope.apply_batch(items, results, false, |results, _| {
+            self.rows.apply_batch(items, results, stop_on_error)
+        })
     }
 }
 
-burrow_core::forward_row_ops!(CachedEngine, |s| s.link());
+crate::forward_row_ops!(CachedEngine, |s| s.link());
 
 impl Storage for CachedEngine {
     fn caps(&self) -> Caps {
@@ -668,13 +825,11 @@ impl Storage for CachedEngine {
 
     fn begin(self: Arc<Self>) -> Result<Box<dyn EngineTx>> {
         let inner = self.inner.clone().begin()?;
-        Ok(Box::new(CachedTx {
-            inner,
-            writes: TxWrites {
-                engine: self,
-                rows: RefCell::default(),
-            },
-        }))
+        let writes = PendingWrites {
+            engine: self,
+            rows: TxWrites::default(),
+        };
+        Ok(Box::new(CachedTx { inner, writes }))
     }
 
     fn apply_batch_in_transaction(
@@ -684,21 +839,23 @@ impl Storage for CachedEngine {
         stop_on_error: bool,
         rollback_on_error: bool,
     ) -> Option<Result<()>> {
-        let link = self.link();
-        link.flush_items(items);
-        let start = results.len();
-        let r = self.inner.apply_batch_in_transaction(
-            items,
-            results,
-            stop_on_error,
-            rollback_on_error,
-        )?;
-        // Committed (or undone) before returning: nothing waits for a commit.
-        if r.is_ok() {
-            self.cache
-                .after_batch(items, &results[start..], Vec::new(), None);
-        }
-        Some(r)
+        let mut unsupported = false;
+        let r = self
+            .cache
+            .scope(None)
+            .apply_batch(items, results, true, |results, _| {
+                let r = self.inner.apply_batch_in_transaction(
+                    items,
+                    results,
+                    stop_on_error,
+                    rollback_on_error,
+                );
+                unsupported = r.is_none();
+                r.unwrap_or(Ok(()))
+            });
+        // The inner engine has no such path: the caller wraps `apply_batch`
+        // in a transaction; the entries the batch changes are gone already.
+        (!unsupported).then_some(r)
     }
 
     fn filters_typed(&self, table: &'static Table, field: usize) -> bool {
@@ -718,19 +875,19 @@ struct CachedTx {
     /// Declared first: dropped without a commit, it rolls back before the
     /// cache forgets its writes.
     inner: Box<dyn EngineTx>,
-    writes: TxWrites,
+    writes: PendingWrites,
 }
 
 /// The writes of a [`CachedTx`] so far; dropped before they are handed to
-/// [`OrmCache::commit`], they are forgotten as rolled back.
-struct TxWrites {
+/// the cache as committed, they are forgotten as rolled back.
+struct PendingWrites {
     engine: Arc<CachedEngine>,
-    rows: RefCell<TxRows>,
+    rows: TxWrites,
 }
 
-impl Drop for TxWrites {
+impl Drop for PendingWrites {
     fn drop(&mut self) {
-        self.engine.cache.rollback(self.rows.take());
+        self.rows.end(&self.engine.cache, false);
     }
 }
 
@@ -738,23 +895,18 @@ impl CachedTx {
     fn link(&self) -> Cached<'_> {
         Cached {
             rows: &*self.inner,
-            cache: &self.writes.engine.cache,
-            tx: Some(&self.writes.rows),
+            scope: self.writes.engine.cache.scope(Some(&self.writes.rows)),
         }
     }
 }
 
-burrow_core::forward_row_ops!(CachedTx, |s| s.link());
+crate::forward_row_ops!(CachedTx, |s| s.link());
 
 impl EngineTx for CachedTx {
     fn commit(self: Box<Self>) -> Result<()> {
         let CachedTx { inner, writes } = *self;
-        let rows = writes.rows.take();
         let r = inner.commit();
-        match r {
-            Ok(()) => writes.engine.cache.commit(rows),
-            Err(_) => writes.engine.cache.rollback(rows),
-        }
+        writes.rows.end(&writes.engine.cache, r.is_ok());
         r
     }
 
@@ -767,5 +919,120 @@ impl EngineTx for CachedTx {
 
     fn sql_host(&self) -> Option<&dyn SqlHost> {
         self.inner.sql_host()
+    }
+}
+
+#[cfg(test)]
+mod test {
+    use std::time::Duration;
+
+    use super::{CacheRule, OrmCache, TxWrites};
+    use crate::row::OwnedRow;
+    use crate::schema::{Field, FieldKind, Table};
+    use crate::storage::{BatchItem, BatchOp, BatchResult};
+    use crate::value::Value;
+
+    static NOTE: Table = Table {
+        name: "Note",
+        fields: &[Field::new("Title", FieldKind::Text)],
+    };
+    static OTHER: Table = Table {
+        name: "Other",
+        fields: &[Field::new("Title", FieldKind::Text)],
+    };
+
+    fn row(table: &'static Table, id: i64, title: &str) -> OwnedRow {
+        OwnedRow {
+            table,
+            id,
+            values: vec![Value::Text(title.into())],
+        }
+    }
+
+    fn title(cache: &OrmCache, id: i64) -> Option<Value> {
+        cache.get(&NOTE, id).map(|r| r.values[0].clone())
+    }
+
+    const HOUR: Duration = Duration::from_secs(3600);
+
+    #[test]
+    fn an_entry_is_returned_within_its_time_to_live_only() {
+        let cache = OrmCache::new().table_named("Note", HOUR);
+        cache.put(row(&NOTE, 1, "a"));
+        assert_eq!(title(&cache, 1), Some(Value::Text("a".into())));
+        assert_eq!(cache.with(&NOTE, 1, |r| r.id), Some(1));
+        // Tables without a rule are not cached.
+        cache.put(row(&OTHER, 1, "b"));
+        assert!(cache.get(&OTHER, 1).is_none());
+        assert!(!cache.covers(&OTHER, 1));
+        let expired = OrmCache::new().table_named("Note", Duration::ZERO);
+        expired.put(row(&NOTE, 1, "a"));
+        assert!(expired.get(&NOTE, 1).is_none());
+        assert!(expired.with(&NOTE, 1, |_| ()).is_none());
+    }
+
+    #[test]
+    fn a_full_table_drops_expired_entries_and_then_stores_no_more() {
+        let mut cache = OrmCache::new();
+        let rule = |ttl| CacheRule {
+            ttl,
+            ids: None,
+            max_entries: 2,
+        };
+        cache.set("Note", rule(HOUR));
+        for id in 1..=3 {
+            cache.put(row(&NOTE, id, "x"));
+        }
+        assert!(cache.get(&NOTE, 2).is_some());
+        assert!(cache.get(&NOTE, 3).is_none());
+        // An entry already there is replaced even when full.
+        cache.put(row(&NOTE, 1, "y"));
+        assert_eq!(title(&cache, 1), Some(Value::Text("y".into())));
+        // Expired entries make room.
+        cache.set("Note", rule(Duration::ZERO));
+        for id in 1..=3 {
+            cache.put(row(&NOTE, id, "x"));
+        }
+        let stored = cache.tables[0].rows.read().map(|r| r.len()).ok();
+        assert_eq!(stored, Some(1));
+    }
+
+    #[test]
+    fn a_transaction_s_writes_reach_the_cache_at_commit_only() {
+        let cache = OrmCache::new().table_named("Note", HOUR);
+        let tx = TxWrites::default();
+        let written = row(&NOTE, 1, "written");
+        let item = BatchItem {
+            table: &NOTE,
+            op: BatchOp::Update {
+                row: &written,
+                fields: None,
+            },
+        };
+        cache.put(row(&NOTE, 1, "old"));
+        cache
+            .scope(Some(&tx))
+            .update(&NOTE, &written, None, || Ok(true))
+            .expect("update");
+        assert!(title(&cache, 1).is_none());
+        // A reader puts the committed row back meanwhile: gone at the end.
+        cache.put(row(&NOTE, 1, "old"));
+        tx.end(&cache, false);
+        assert!(title(&cache, 1).is_none());
+        let mut results = Vec::new();
+        cache
+            .scope(Some(&tx))
+            .apply_batch(&[item], &mut results, false, |results, _| {
+                results.push(BatchResult::Done);
+                Ok(())
+            })
+            .expect("batch");
+        assert!(title(&cache, 1).is_none());
+        tx.end(&cache, true);
+        assert_eq!(title(&cache, 1), Some(Value::Text("written".into())));
+        // Ended: nothing is left to hand over.
+        cache.flush();
+        tx.end(&cache, true);
+        assert!(title(&cache, 1).is_none());
     }
 }

@@ -1,0 +1,290 @@
+//! One connection to the server and one exchange on it: the socket (TLS
+//! over it for `https://`), how a request's head and body go out in as few
+//! writes as the socket takes, and how a response is framed and read.
+//!
+//! Kept apart from the pool and the retry policy: this file knows one
+//! connection, not which one a call takes or whether a failed call may go
+//! again.
+
+use std::io::{IoSlice, Read, Write};
+use std::net::TcpStream;
+
+use burrow_core::{Error, Result};
+
+use super::reply::Reply;
+use super::retry::Retry;
+use super::ENGINE;
+use crate::web::wire::{header_text, Framing};
+
+/// A client connection: plain, or TLS over it.
+pub(crate) enum Stream {
+    Plain(TcpStream),
+    #[cfg(feature = "tls")]
+    Tls(Box<rustls::StreamOwned<rustls::ClientConnection, TcpStream>>),
+}
+
+impl Stream {
+    /// The socket under it.
+    fn tcp(&self) -> &TcpStream {
+        match self {
+            Stream::Plain(s) => s,
+            #[cfg(feature = "tls")]
+            Stream::Tls(s) => s.get_ref(),
+        }
+    }
+}
+
+impl Read for Stream {
+    fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
+        match self {
+            Stream::Plain(s) => s.read(buf),
+            #[cfg(feature = "tls")]
+            Stream::Tls(s) => s.read(buf),
+        }
+    }
+}
+
+impl Write for Stream {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        match self {
+            Stream::Plain(s) => s.write(buf),
+            #[cfg(feature = "tls")]
+            Stream::Tls(s) => s.write(buf),
+        }
+    }
+
+    fn write_vectored(&mut self, bufs: &[std::io::IoSlice<'_>]) -> std::io::Result<usize> {
+        match self {
+            Stream::Plain(s) => s.write_vectored(bufs),
+            #[cfg(feature = "tls")]
+            Stream::Tls(s) => s.write_vectored(bufs),
+        }
+    }
+
+    fn flush(&mut self) -> std::io::Result<()> {
+        match self {
+            Stream::Plain(s) => s.flush(),
+            #[cfg(feature = "tls")]
+            Stream::Tls(s) => s.flush(),
+        }
+    }
+}
+
+/// A kept-alive connection.
+pub(super) struct Conn {
+    pub(super) stream: Stream,
+    pub(super) buf: Vec<u8>,
+    /// Whether it already carried a request (a failure on a reused connection
+    /// before any answer may be retried once on a new one).
+    pub(super) reused: bool,
+}
+
+impl Conn {
+    /// Whether the server still holds the connection open: nothing to read
+    /// yet (a closed one reads end of file, or an alert under TLS).
+    pub(super) fn open(&self) -> bool {
+        let tcp = self.stream.tcp();
+        if tcp.set_nonblocking(true).is_err() {
+            return false;
+        }
+        let r = tcp.peek(&mut [0u8; 1]);
+        tcp.set_nonblocking(false).is_ok()
+            && matches!(r, Err(ref e) if e.kind() == std::io::ErrorKind::WouldBlock)
+    }
+}
+
+/// Bodies up to this size are copied behind the head and sent with it.
+pub(super) const SMALL_BODY: usize = 16 * 1024;
+
+/// A request to send: its head, then its body.
+#[derive(Clone, Copy)]
+pub(super) struct Request<'a> {
+    pub(super) head: &'a [u8],
+    pub(super) body: Body<'a>,
+}
+
+/// Writes a body piece by piece into the sink it is given.
+pub(super) type Pieces<'a> =
+    &'a dyn Fn(&mut dyn FnMut(&[u8]) -> std::io::Result<()>) -> std::io::Result<()>;
+
+/// A request's body.
+#[derive(Clone, Copy)]
+pub(super) enum Body<'a> {
+    Bytes(&'a [u8]),
+    /// This many bytes, made while they are sent (and made again if the
+    /// request is sent again): a large body goes out as it is encoded,
+    /// rather than after, and is never whole in memory.
+    Streamed(usize, Pieces<'a>),
+}
+
+/// Writes both parts of `req`, in as few system calls as the socket takes.
+fn write_request(stream: &mut Stream, req: Request<'_>) -> std::io::Result<()> {
+    let (len, pieces) = match req.body {
+        Body::Bytes(body) => return write_parts(stream, req.head, body),
+        Body::Streamed(len, pieces) => (len, pieces),
+    };
+    let mut head = Some(req.head);
+    let mut sent = 0;
+    pieces(&mut |piece| {
+        sent += piece.len();
+        if sent > len {
+            return Err(wrong_length());
+        }
+        match head.take() {
+            Some(h) => write_parts(stream, h, piece),
+            None => stream.write_all(piece),
+        }
+    })?;
+    if let Some(h) = head {
+        stream.write_all(h)?;
+    }
+    // Fewer bytes than announced: the server waits for the rest, so the
+    // connection is dropped, and nothing runs.
+    if sent != len {
+        return Err(wrong_length());
+    }
+    Ok(())
+}
+
+#[cold]
+fn wrong_length() -> std::io::Error {
+    std::io::Error::other("a request body came out another length than announced")
+}
+
+fn write_parts(stream: &mut Stream, mut head: &[u8], mut body: &[u8]) -> std::io::Result<()> {
+    while !head.is_empty() {
+        let n = stream.write_vectored(&[IoSlice::new(head), IoSlice::new(body)])?;
+        if n == 0 {
+            return Err(std::io::ErrorKind::WriteZero.into());
+        }
+        let from_head = n.min(head.len());
+        head = &head[from_head..];
+        body = &body[n - from_head..];
+    }
+    stream.write_all(body)
+}
+
+/// Writes a request and reads its response; the flag says whether the
+/// connection can be kept.
+pub(super) fn exchange(
+    c: &mut Conn,
+    req: Request<'_>,
+    waiting: &mut dyn FnMut(),
+) -> std::result::Result<(Reply, bool), Retry> {
+    c.buf.clear();
+    if let Err(e) = write_request(&mut c.stream, req) {
+        return Err(Retry::Unsent(e.into()));
+    }
+    waiting();
+    loop {
+        let mut headers = [httparse::EMPTY_HEADER; 32];
+        let mut resp = httparse::Response::new(&mut headers);
+        match resp.parse(&c.buf) {
+            Ok(httparse::Status::Complete(head)) => {
+                let status = resp.code.unwrap_or(0);
+                let mut framing = Framing::new(resp.version);
+                let mut location = None;
+                for h in resp.headers.iter() {
+                    let framed = framing
+                        .header(h.name, h.value)
+                        .map_err(|_| Retry::No(Error::engine(ENGINE, "bad Content-Length")))?;
+                    if !framed && h.name.eq_ignore_ascii_case("location") {
+                        location = header_text(h.value).map(str::to_owned);
+                    }
+                }
+                if framing.chunked {
+                    return Err(Retry::No(Error::engine(
+                        ENGINE,
+                        "a chunked response (Burrow and mORMot servers send a Content-Length)",
+                    )));
+                }
+                let len = framing.content_length.unwrap_or(0);
+                let keep = framing.keep_alive;
+                if status == 100 {
+                    c.buf.drain(..head);
+                    continue;
+                }
+                while c.buf.len() < head + len {
+                    read_more(c).map_err(Retry::No)?;
+                }
+                let body = c.buf[head..head + len].to_vec();
+                c.buf.drain(..head + len);
+                return Ok((
+                    Reply {
+                        status,
+                        body,
+                        location,
+                    },
+                    keep && c.buf.is_empty(),
+                ));
+            }
+            Ok(httparse::Status::Partial) => {
+                let first = c.buf.is_empty();
+                match read_more(c) {
+                    Ok(()) => {}
+                    Err(e) if first => return Err(Retry::Unanswered(e)),
+                    Err(e) => return Err(Retry::No(e)),
+                }
+            }
+            Err(e) => {
+                return Err(Retry::No(Error::engine(
+                    ENGINE,
+                    format!("malformed response: {e}"),
+                )))
+            }
+        }
+    }
+}
+
+fn read_more(c: &mut Conn) -> Result<()> {
+    let mut chunk = [0u8; 16 * 1024];
+    let n = c.stream.read(&mut chunk)?;
+    if n == 0 {
+        return Err(Error::engine(ENGINE, "the server closed the connection"));
+    }
+    c.buf.extend_from_slice(&chunk[..n]);
+    Ok(())
+}
+
+#[cfg(test)]
+mod test {
+    use super::{write_request, Body, Request, Stream};
+    use std::io::Read;
+    use std::net::{TcpListener, TcpStream};
+
+    /// What `write_request` puts on the wire for a body made in `pieces`
+    /// and announced as `len` bytes, and whether it succeeded.
+    fn streamed(len: usize, pieces: &[&[u8]]) -> (bool, Vec<u8>) {
+        let listener = TcpListener::bind("127.0.0.1:0").expect("bind");
+        let mut stream = Stream::Plain(
+            TcpStream::connect(listener.local_addr().expect("addr")).expect("connect"),
+        );
+        let (mut server, _) = listener.accept().expect("accept");
+        let write = |sink: &mut dyn FnMut(&[u8]) -> std::io::Result<()>| {
+            pieces.iter().try_for_each(|p| sink(p))
+        };
+        let req = Request {
+            head: b"HEAD|",
+            body: Body::Streamed(len, &write),
+        };
+        let ok = write_request(&mut stream, req).is_ok();
+        drop(stream);
+        let mut wire = Vec::new();
+        server.read_to_end(&mut wire).expect("read");
+        (ok, wire)
+    }
+
+    #[test]
+    fn a_streamed_body_goes_out_as_announced_or_not_whole() {
+        assert_eq!(
+            streamed(6, &[b"ab", b"", b"cdef"]),
+            (true, b"HEAD|abcdef".to_vec())
+        );
+        assert_eq!(streamed(0, &[]), (true, b"HEAD|".to_vec()));
+        // Longer than announced: the piece that overflows is not sent.
+        assert_eq!(streamed(3, &[b"ab", b"cd"]), (false, b"HEAD|ab".to_vec()));
+        // Shorter: an error, so that the connection is dropped rather than
+        // left waiting for the rest.
+        assert_eq!(streamed(5, &[b"ab"]), (false, b"HEAD|ab".to_vec()));
+    }
+}
