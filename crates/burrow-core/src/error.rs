@@ -24,6 +24,9 @@ pub enum ErrorKind {
     /// Another transaction held the engine for longer than the lock timeout;
     /// nothing was done, and the same call may succeed later.
     Busy,
+    /// A server refused who sent the request: no or wrong credentials, no
+    /// right to do this, or too many failed logins. Nothing was done.
+    Denied,
 }
 
 /// Everything that can go wrong in Burrow.
@@ -76,6 +79,15 @@ pub enum Error {
         /// How long the call waited.
         waited: std::time::Duration,
     },
+    /// A server refused who sent the request, with its HTTP status (401: no
+    /// or wrong credentials, 403: no right, 429: too many failed logins)
+    /// and its reason; nothing was done.
+    Denied {
+        /// The HTTP status.
+        status: u16,
+        /// The server's reason.
+        reason: String,
+    },
     /// The engine cannot do this (an operation it does not support).
     Unsupported(String),
     /// The stored schema disagrees with the declared one.
@@ -113,6 +125,7 @@ impl Error {
             | Error::Unsupported(_) => ErrorKind::BadInput,
             Error::Schema(_) => ErrorKind::Schema,
             Error::Busy { .. } => ErrorKind::Busy,
+            Error::Denied { .. } => ErrorKind::Denied,
             Error::Batch { source, .. } => source.kind(),
             Error::Engine { .. } | Error::Io(_) => ErrorKind::Engine,
         }
@@ -158,6 +171,7 @@ impl fmt::Display for Error {
                  (on one thread, use the open transaction's handle instead of a second one)",
                 waited.as_millis()
             ),
+            Error::Denied { status, reason } => write!(f, "denied ({status}): {reason}"),
             Error::Unsupported(m) => write!(f, "unsupported: {m}"),
             Error::Schema(m) => write!(f, "schema mismatch: {m}"),
             Error::Batch { index, source } => write!(f, "batch item {index} failed: {source}"),

@@ -102,9 +102,20 @@ impl Reply {
         }
         let text = self.text();
         match self.status {
-            409 => Error::UniqueViolation {
-                table: table.map_or_else(String::new, |t| t.name.to_owned()),
-                detail: text,
+            409 => {
+                let table = table.map_or_else(String::new, |t| t.name.to_owned());
+                // The server words the error as this type does: its detail
+                // comes back without the prefix, which Display adds again.
+                let prefix = format!("duplicate value refused by a unique key of {table}: ");
+                let detail = match text.strip_prefix(&prefix) {
+                    Some(d) => d.to_owned(),
+                    None => text,
+                };
+                Error::UniqueViolation { table, detail }
+            }
+            401 | 403 | 429 => Error::Denied {
+                status: self.status,
+                reason: text,
             },
             503 => match self.waited() {
                 Some(waited) => Error::Busy {

@@ -120,17 +120,25 @@ fn bearer_tokens_and_rights() -> TestResult {
     assert_eq!(bob.count::<Sample>("", &[])?, 1);
     let e = bob.add(&mut sample(2)).unwrap_err();
     assert!(e.to_string().contains("403"), "{e}");
+    assert_eq!(e.kind(), ErrorKind::Denied);
     let e = bob.get::<Secret>(1).unwrap_err();
     assert!(e.to_string().contains("403"), "{e}");
+    assert_eq!(e.kind(), ErrorKind::Denied);
     assert!(bob.delete::<Sample>(1).is_err());
     assert!(bob.count::<Secret>("", &[]).is_err());
     let mut b = burrow_core::Batch::new();
     b.add(sample(3));
     assert!(bob.send(&mut b).is_err());
-    assert!(RemoteEngine::builder(&server.url())
+    let e = RemoteEngine::builder(&server.url())
         .login_bearer("bob", "wrong")
         .connect()
-        .is_err());
+        .unwrap_err();
+    assert_eq!(e.kind(), ErrorKind::Denied, "{e}");
+    let e = RemoteEngine::builder(&server.url())
+        .login("bob", "wrong")
+        .connect()
+        .unwrap_err();
+    assert_eq!(e.kind(), ErrorKind::Denied, "{e}");
 
     // Raw: 403 bodies carry no data, and SQL on an unreadable table is refused.
     let token_reply = raw(

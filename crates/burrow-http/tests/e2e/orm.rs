@@ -40,10 +40,12 @@ fn crud_round_trips_exactly() -> TestResult {
     assert_eq!(count(&db), 0);
     let mut forced = sample(3);
     assert_eq!(db.add_with_id(&mut forced, 500)?, 500);
-    assert_eq!(
-        db.add_with_id(&mut sample(4), 500).unwrap_err().kind(),
-        ErrorKind::UniqueViolation
-    );
+    let e = db.add_with_id(&mut sample(4), 500).unwrap_err();
+    assert_eq!(e.kind(), ErrorKind::UniqueViolation);
+    // Worded once, as the server's engine words it.
+    let text = e.to_string();
+    assert_eq!(text.matches("duplicate value refused").count(), 1, "{text}");
+    assert!(text.contains("of Sample: "), "{text}");
     Ok(())
 }
 
