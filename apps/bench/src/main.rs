@@ -9,11 +9,13 @@
 
 mod concurrency;
 mod external;
+mod html;
 mod memory;
 mod remote;
 mod results;
 mod sample;
 mod targets;
+mod vs_mormot;
 
 use std::fmt::Write as _;
 use std::path::PathBuf;
@@ -57,6 +59,14 @@ struct Args {
     /// Also write the results as JSON to this file.
     #[arg(long)]
     json: Option<PathBuf>,
+    /// Also write the results as a self-contained HTML page of bar charts to
+    /// this file (inline SVG; opens offline in any browser).
+    #[arg(long)]
+    html: Option<PathBuf>,
+    /// Add to the --html page a Burrow ÷ mORMot2 chart from this file, the
+    /// JSON that `vs-mormot.py --json FILE` writes.
+    #[arg(long, value_name = "FILE", requires = "html")]
+    vs_mormot: Option<PathBuf>,
 }
 
 fn main() -> ExitCode {
@@ -166,6 +176,11 @@ fn run(args: &Args) -> Result<(), String> {
     }
     let engines = pick_engines(&args.engines)?;
     let modes = pick_modes(&args.modes)?;
+    // Read before the long run, so that a bad file fails at once.
+    let versus = match &args.vs_mormot {
+        Some(path) => Some(vs_mormot::read(path, &all_engines())?),
+        None => None,
+    };
     let dir = tempfile::tempdir().map_err(|e| format!("cannot create a temporary folder: {e}"))?;
     let cells: usize = engines
         .iter()
@@ -291,6 +306,10 @@ fn run(args: &Args) -> Result<(), String> {
         });
         std::fs::write(path, format!("{json:#}\n"))
             .map_err(|e| format!("cannot write {}: {e}", path.display()))?;
+    }
+    if let Some(path) = &args.html {
+        let page = html::page(&results, &headline(&results), &text, versus.as_ref())?;
+        std::fs::write(path, page).map_err(|e| format!("cannot write {}: {e}", path.display()))?;
     }
     Ok(())
 }
