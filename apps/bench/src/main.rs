@@ -60,8 +60,9 @@ struct Args {
     #[arg(long)]
     json: Option<PathBuf>,
     /// Also write the results as a self-contained HTML page of bar charts to
-    /// this file (inline SVG; opens offline in any browser).
-    #[arg(long)]
+    /// this file: objects/second per engine and mode, ORM ÷ raw, memory engine
+    /// ÷ SQLite (inline SVG; opens offline in any browser).
+    #[arg(long, value_name = "FILE")]
     html: Option<PathBuf>,
     /// Add to the --html page a Burrow ÷ mORMot2 chart from this file, the
     /// JSON that `vs-mormot.py --json FILE` writes.
