@@ -423,7 +423,7 @@ fn svg(chart: &Chart) -> Result<String, String> {
                 VPos::Center,
             ));
             EmptyElement::at((b.value, (y0 + y1) / 2.0))
-                + Text::new(text, (if left { -4 } else { 4 }, 0), style)
+                + Text::new(text, (if left { -6 } else { 6 }, 0), style)
         }))
         .map_err(err)?;
         let key = small.color(&BLACK).pos(Pos::new(HPos::Left, VPos::Center));
