@@ -7,32 +7,123 @@
 # burrow-http on 127.0.0.1 with 10,000 rows in in-memory SQLite, records its
 # resident memory before and after, runs wrk with latency percentiles, and
 # stops the server. Traffic stays on the loopback interface.
+#
+# The server binds a free port of its choosing (port 0) and prints its URL;
+# set PORT to ask for one. Before and after every wrk run the script checks
+# that the server it started is alive and is the process listening on that
+# port, so that it never measures some other program; any failure (server not
+# starting, dying, wrk errors, non-2xx answers) exits non-zero.
 set -euo pipefail
 secs=${1:-60}
 conns=${2:-256}
 exec_mode=${3:-auto}
 rows=10000
-port=${PORT:-18080}
+port=${PORT:-0}
 here=$(cd "$(dirname "$0")" && pwd)
 root=$(cd "$here/../.." && pwd)
-command -v wrk >/dev/null || { echo "wrk is not installed (apt-get install -y wrk)" >&2; exit 1; }
+
+die() {
+  echo "loadcheck: $*" >&2
+  exit 1
+}
+
+command -v wrk >/dev/null || die "wrk is not installed (apt-get install -y wrk)"
+command -v curl >/dev/null || die "curl is not installed (apt-get install -y curl)"
 cargo build --release -p burrow-http --example serve --manifest-path "$root/Cargo.toml" >&2
 target=${CARGO_TARGET_DIR:-$root/target}
-fifo=$(mktemp -u)
+work=$(mktemp -d)
+fifo="$work/stdin"
 mkfifo "$fifo"
-"$target/release/examples/serve" "127.0.0.1:$port" "$rows" "$exec_mode" <"$fifo" >/dev/null &
+# The server serves until its standard input closes: fd 3 holds it open.
+"$target/release/examples/serve" "127.0.0.1:$port" "$rows" "$exec_mode" \
+  <"$fifo" >"$work/out" 2>"$work/err" &
 pid=$!
 exec 3>"$fifo"
-rm -f "$fifo"
-trap 'exec 3>&-; wait $pid 2>/dev/null || true' EXIT
-for _ in $(seq 1 200); do
-  curl -fs "http://127.0.0.1:$port/root/timestamp" >/dev/null 2>&1 && break
+
+cleanup() {
+  local status=$?
+  exec 3>&-
+  # Give the server time to shut down gracefully, then stop it.
+  for _ in $(seq 1 100); do
+    kill -0 "$pid" 2>/dev/null || break
+    sleep 0.1
+  done
+  if kill -0 "$pid" 2>/dev/null; then
+    echo "loadcheck: the server did not stop when its input closed; killing $pid" >&2
+    kill "$pid" 2>/dev/null || true
+    status=1
+  fi
+  wait "$pid" 2>/dev/null || true
+  rm -rf "$work"
+  exit "$status"
+}
+trap cleanup EXIT
+
+server_failed() {
+  die "the server (pid $pid) $1; its output: $(cat "$work/out" "$work/err" 2>/dev/null)"
+}
+
+# The server prints its URL once it has loaded its rows and bound its port.
+url=
+for _ in $(seq 1 600); do
+  kill -0 "$pid" 2>/dev/null || server_failed "exited before serving"
+  # A whole line: the URL may be in the middle of being written.
+  if [[ $(wc -l <"$work/out") -ge 1 ]]; then
+    url=$(head -n1 "$work/out")
+    break
+  fi
   sleep 0.05
 done
-rss() { awk '/VmRSS/ {print $2 " kB"}' "/proc/$pid/status"; }
-echo "execution: $exec_mode, rows: $rows, connections: $conns, duration: ${secs}s"
+[[ -n $url ]] || server_failed "printed no URL within 30 s"
+[[ $url =~ ^http://127\.0\.0\.1:([0-9]+)/root$ ]] || server_failed "printed an unexpected URL: $url"
+port=${BASH_REMATCH[1]}
+base="http://127.0.0.1:$port"
+
+# Whether our server is alive and is the process listening on the port: the
+# inode of the listening socket in /proc/net/tcp must be one of its open files.
+check_server() {
+  kill -0 "$pid" 2>/dev/null || server_failed "is not running ($1)"
+  local hex inodes fd
+  hex=$(printf '%04X' "$port")
+  inodes=$(awk -v p=":$hex" '$4 == "0A" && substr($2, length($2) - 4) == p { print $10 }' \
+    /proc/net/tcp /proc/net/tcp6)
+  [[ -n $inodes ]] || die "nothing listens on port $port ($1)"
+  for fd in /proc/"$pid"/fd/*; do
+    local link
+    link=$(readlink "$fd" 2>/dev/null) || continue
+    for inode in $inodes; do
+      [[ $link == "socket:[$inode]" ]] && return 0
+    done
+  done
+  die "port $port is held by another process, not the server (pid $pid) ($1)"
+}
+
+rss() {
+  local kb
+  kb=$(awk '/^VmRSS/ { print $2 }' "/proc/$pid/status" 2>/dev/null) || server_failed "has no memory figures"
+  [[ -n $kb ]] || server_failed "has no memory figures"
+  echo "$kb kB"
+}
+
+# Runs wrk, shows its report, and fails on errors it only reports.
+run_wrk() {
+  local out="$work/wrk"
+  ROWS=$rows wrk -t2 -c"$conns" "$@" -s "$here/wrk-by-id.lua" "$base" >"$out" ||
+    die "wrk failed: $(cat "$out")"
+  grep -q ' requests in ' "$out" || die "wrk reported no requests: $(cat "$out")"
+  if grep -q '^ *0 requests in ' "$out"; then die "wrk completed no request: $(cat "$out")"; fi
+  if grep -q 'Non-2xx or 3xx responses' "$out"; then die "the server answered errors: $(cat "$out")"; fi
+  if grep -q 'Socket errors: connect [1-9]' "$out"; then die "wrk could not connect: $(cat "$out")"; fi
+}
+
+check_server "before the run"
+curl -fsS "$base/root/timestamp" >/dev/null || server_failed "does not answer $base/root/timestamp"
+echo "execution: $exec_mode, rows: $rows, connections: $conns, duration: ${secs}s, port: $port"
 # Warm up for 2 seconds, so that "before" is the steady state.
-ROWS=$rows wrk -t2 -c"$conns" -d2s -s "$here/wrk-by-id.lua" "http://127.0.0.1:$port" >/dev/null
+run_wrk -d2s
+check_server "after the warm-up"
 echo "RSS before: $(rss)"
-ROWS=$rows wrk -t2 -c"$conns" -d"${secs}s" --latency -s "$here/wrk-by-id.lua" "http://127.0.0.1:$port"
+run_wrk -d"${secs}s" --latency
+cat "$work/wrk"
+check_server "after the run"
 echo "RSS after: $(rss)"

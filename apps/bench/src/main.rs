@@ -9,12 +9,14 @@
 
 mod concurrency;
 mod external;
+mod html;
 mod memory;
 mod remote;
+mod results;
 mod sample;
 mod targets;
+mod vs_mormot;
 
-use std::collections::HashMap;
 use std::fmt::Write as _;
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -24,6 +26,7 @@ use burrow::chrono::Utc;
 use clap::Parser;
 use indicatif::{ProgressBar, ProgressStyle};
 
+use crate::results::{Cell, Engine, Results, SPEEDS};
 use crate::sample::{make_all, verify_read, verify_table};
 use crate::targets::{sqlite_engines, EngineSpec, Mode, ALL_MODES};
 
@@ -56,15 +59,15 @@ struct Args {
     /// Also write the results as JSON to this file.
     #[arg(long)]
     json: Option<PathBuf>,
-}
-
-#[derive(Debug, Clone)]
-struct Cell {
-    engine: &'static str,
-    mode: Mode,
-    baseline: bool,
-    rows: usize,
-    rows_per_sec: f64,
+    /// Also write the results as a self-contained HTML page of bar charts to
+    /// this file: objects/second per engine and mode, ORM ÷ raw, memory engine
+    /// ÷ SQLite (inline SVG; opens offline in any browser).
+    #[arg(long, value_name = "FILE")]
+    html: Option<PathBuf>,
+    /// Add to the --html page a Burrow ÷ mORMot2 chart from this file, the
+    /// JSON that `vs-mormot.py --json FILE` writes.
+    #[arg(long, value_name = "FILE", requires = "html")]
+    vs_mormot: Option<PathBuf>,
 }
 
 fn main() -> ExitCode {
@@ -174,6 +177,11 @@ fn run(args: &Args) -> Result<(), String> {
     }
     let engines = pick_engines(&args.engines)?;
     let modes = pick_modes(&args.modes)?;
+    // Read before the long run, so that a bad file fails at once.
+    let versus = match &args.vs_mormot {
+        Some(path) => Some(vs_mormot::read(path, &all_engines())?),
+        None => None,
+    };
     let dir = tempfile::tempdir().map_err(|e| format!("cannot create a temporary folder: {e}"))?;
     let cells: usize = engines
         .iter()
@@ -263,7 +271,15 @@ fn run(args: &Args) -> Result<(), String> {
         }
     }
     bar.finish_and_clear();
-    print!("{}", report(args, &engines, &cells));
+    let results = Results {
+        rows: args.rows,
+        repeat: args.repeat,
+        engines: engines.iter().map(Engine::of).collect(),
+        cells,
+    };
+    let cells = &results.cells;
+    let text = report(&results);
+    print!("{text}");
     if !threads.is_empty() {
         print!("{}", threads_report(&threads));
     }
@@ -291,6 +307,10 @@ fn run(args: &Args) -> Result<(), String> {
         });
         std::fs::write(path, format!("{json:#}\n"))
             .map_err(|e| format!("cannot write {}: {e}", path.display()))?;
+    }
+    if let Some(path) = &args.html {
+        let page = html::page(&results, &headline(&results), &text, versus.as_ref())?;
+        std::fs::write(path, page).map_err(|e| format!("cannot write {}: {e}", path.display()))?;
     }
     Ok(())
 }
@@ -385,31 +405,29 @@ fn fmt_rate(v: f64) -> String {
     out
 }
 
-fn report(args: &Args, engines: &[EngineSpec], cells: &[Cell]) -> String {
-    let get: HashMap<(&str, &str, bool), &Cell> = cells
-        .iter()
-        .map(|c| ((c.engine, c.mode.id(), c.baseline), c))
-        .collect();
-    let mut out = String::new();
-    let _ = writeln!(
-        out,
-        "Burrow {} · SQLite {} · {} · {} rows per cell · best of {} · {} build\n",
+/// What the run was: versions, machine, rows, repeats and build.
+fn headline(results: &Results) -> String {
+    format!(
+        "Burrow {} · SQLite {} · {} · {} rows per cell · best of {} · {} build",
         env!("CARGO_PKG_VERSION"),
         burrow::sqlite::SqliteEngine::sqlite_version(),
         machine(),
-        args.rows,
-        args.repeat,
+        results.rows,
+        results.repeat,
         if cfg!(debug_assertions) {
             "DEBUG (figures not meaningful)"
         } else {
             "release"
         },
-    );
+    )
+}
+
+fn report(results: &Results) -> String {
+    let cells = &results.cells;
+    let mut out = String::new();
+    let _ = writeln!(out, "{}\n", headline(results));
     let mut notes = Vec::new();
-    for (title, modes) in [
-        ("Insertion speed (objects/second)", &Mode::INSERTS[..]),
-        ("Read speed (objects/second)", &Mode::READS[..]),
-    ] {
+    for (title, modes) in SPEEDS {
         if !cells.iter().any(|c| modes.contains(&c.mode)) {
             continue;
         }
@@ -417,17 +435,13 @@ fn report(args: &Args, engines: &[EngineSpec], cells: &[Cell]) -> String {
         let heads: Vec<_> = modes.iter().map(|m| m.title()).collect();
         let _ = writeln!(out, "| engine | {} |", heads.join(" | "));
         let _ = writeln!(out, "|---|{}", "---:|".repeat(modes.len()));
-        for e in engines {
-            let sides: &[bool] = if e.raw.is_some() {
-                &[false, true]
-            } else {
-                &[false]
-            };
+        for e in &results.engines {
+            let sides: &[bool] = if e.raw { &[false, true] } else { &[false] };
             for &baseline in sides {
                 let vals: Vec<String> = modes
                     .iter()
-                    .map(|m| match get.get(&(e.id, m.id(), baseline)) {
-                        Some(c) if c.rows != args.rows => {
+                    .map(|m| match results.get(e.id, *m, baseline) {
+                        Some(c) if c.rows != results.rows => {
                             let note = format!("{} rows", c.rows);
                             if !notes.contains(&note) {
                                 notes.push(note);
@@ -457,53 +471,25 @@ fn report(args: &Args, engines: &[EngineSpec], cells: &[Cell]) -> String {
         );
     }
     let all: Vec<Mode> = Mode::INSERTS.iter().chain(&Mode::READS).copied().collect();
-    let ratio_table = |out: &mut String, title: &str, rows: &[(&str, &str, &str, bool)]| {
-        if rows.is_empty() {
-            return;
+    for table in results.ratio_tables() {
+        if table.rows.is_empty() {
+            continue;
         }
-        let _ = writeln!(out, "## {title}\n");
+        let _ = writeln!(out, "## {}\n", table.title);
         let heads: Vec<_> = all.iter().map(|m| m.title()).collect();
         let _ = writeln!(out, "| engine | {} |", heads.join(" | "));
         let _ = writeln!(out, "|---|{}", "---:|".repeat(all.len()));
-        for &(label, num, den, den_raw) in rows {
+        for row in &table.rows {
             let vals: Vec<String> = all
                 .iter()
-                .map(|m| {
-                    match (
-                        get.get(&(num, m.id(), false)),
-                        get.get(&(den, m.id(), den_raw)),
-                    ) {
-                        (Some(a), Some(b)) if b.rows_per_sec > 0.0 && a.rows == b.rows => {
-                            format!("{:.2}", a.rows_per_sec / b.rows_per_sec)
-                        }
-                        _ => "-".into(),
-                    }
+                .map(|m| match results.ratio(row, *m) {
+                    Some(q) => format!("{q:.2}"),
+                    None => "-".into(),
                 })
                 .collect();
-            let _ = writeln!(out, "| {label} | {} |", vals.join(" | "));
+            let _ = writeln!(out, "| {} | {} |", row.title, vals.join(" | "));
         }
         out.push('\n');
-    };
-    let raw_rows: Vec<_> = engines
-        .iter()
-        .filter(|e| e.raw.is_some())
-        .map(|e| (e.title, e.id, e.id, true))
-        .collect();
-    ratio_table(
-        &mut out,
-        "ORM ÷ raw driver (same run; 1.00 = no overhead)",
-        &raw_rows,
-    );
-    let sqlite_mem = engines.iter().any(|e| e.id == "sqlite-mem");
-    let mem_rows: Vec<_> = engines
-        .iter()
-        .filter(|e| sqlite_mem && e.id.starts_with("memory-"))
-        .map(|e| (e.title, e.id, "sqlite-mem", false))
-        .collect();
-    ratio_table(
-        &mut out,
-        "Memory engine ÷ SQLite in memory (both through the ORM, same run)",
-        &mem_rows,
-    );
+    }
     out
 }

@@ -133,7 +133,8 @@ pub trait Native {
     fn fetch(&self, id: i64) -> Result<Option<Sample>, String>;
 }
 
-fn err(e: impl std::fmt::Display) -> String {
+/// An error as the message the bench prints.
+pub fn err(e: impl std::fmt::Display) -> String {
     e.to_string()
 }
 
