@@ -3,7 +3,7 @@
 use burrow_core::{Error, Result, Table};
 use rusqlite::Connection;
 
-use crate::sql::{column_def, column_type, quote};
+use crate::statements::{column_def, column_type, quote};
 use crate::{eng, ENGINE};
 
 /// Creates `table` with its indexes, or adds the columns an existing one lacks.

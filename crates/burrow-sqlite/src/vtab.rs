@@ -47,7 +47,7 @@ use rusqlite::vtab::{
     VTabCursor, VTabKind,
 };
 
-use crate::sql::{column_type, quote};
+use crate::statements::{column_type, quote};
 
 /// The module's name in SQL (`USING burrow`).
 pub const MODULE: &str = "burrow";
