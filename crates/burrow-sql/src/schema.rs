@@ -7,6 +7,7 @@
 //! type that cannot hold the field is a [`Error::Schema`] naming both.
 
 use burrow_core::{Error, FieldKind, Result, Table, ValueRef};
+use burrow_sqlite::schema::{index_ddl, index_error};
 
 use crate::conn::{Conn, QueryError};
 use crate::dialect::{Dialect, Enc};
@@ -139,19 +140,6 @@ fn columns(conn: &mut dyn Conn, d: Dialect, db_name: &str, table: &Table) -> Res
     Ok(out)
 }
 
-/// An index name within every dialect's length limit.
-fn index_name(db_name: &str, column: &str, unique: bool) -> String {
-    let mut s = format!("{db_name}_{column}_{}", if unique { "uq" } else { "ix" });
-    if s.len() > 60 {
-        let mut cut = 60;
-        while !s.is_char_boundary(cut) {
-            cut -= 1;
-        }
-        s.truncate(cut);
-    }
-    s
-}
-
 /// Creates `table` with its indexes, or maps it onto the existing table and
 /// adds the columns it lacks; returns its statements. `conn` is outside any
 /// transaction (tables are set up on the engine, never inside a unit of work).
@@ -217,12 +205,8 @@ fn ensure_in_tx(conn: &mut dyn Conn, opts: &SqlOptions, table: &'static Table) -
         for (i, f) in table.fields.iter().enumerate() {
             let enc = d.encoding(f.kind, opts.datetimes);
             ddl.push_str(", ");
-            ddl.push_str(&d.quoted(&col_names[i]));
-            ddl.push(' ');
-            ddl.push_str(d.column_type(f.kind, enc, keyed(i)));
-            if !f.nullable {
-                ddl.push_str(" NOT NULL");
-            }
+            d.quote(&mut ddl, &col_names[i]);
+            d.write_column_def(&mut ddl, f.kind, enc, keyed(i), f.nullable, false);
             encs.push(enc);
         }
         ddl.push(')');
@@ -264,15 +248,9 @@ fn ensure_in_tx(conn: &mut dyn Conn, opts: &SqlOptions, table: &'static Table) -
                 }
                 None => {
                     let enc = d.encoding(f.kind, opts.datetimes);
-                    let mut ddl = format!(
-                        "ALTER TABLE {qname} ADD COLUMN {} {}",
-                        d.quoted(&col_names[i]),
-                        d.column_type(f.kind, enc, keyed(i))
-                    );
-                    if !f.nullable {
-                        ddl.push_str(" NOT NULL DEFAULT ");
-                        ddl.push_str(d.column_default(f.kind, enc));
-                    }
+                    let mut ddl = format!("ALTER TABLE {qname} ADD COLUMN ");
+                    d.quote(&mut ddl, &col_names[i]);
+                    d.write_column_def(&mut ddl, f.kind, enc, keyed(i), f.nullable, true);
                     conn.simple(&ddl)
                         .map_err(|e| e.into_error(ENGINE, Some(table)))?;
                     encs.push(enc);
@@ -294,21 +272,9 @@ fn ensure_in_tx(conn: &mut dyn Conn, opts: &SqlOptions, table: &'static Table) -
                 col.push_str("(255)");
             }
         }
-        let ddl = format!(
-            "CREATE {}INDEX IF NOT EXISTS {} ON {qname} ({col})",
-            if f.unique { "UNIQUE " } else { "" },
-            d.quoted(&index_name(&db_name, &col_names[i], f.unique))
-        );
-        conn.simple(&ddl).map_err(|e| {
-            if f.unique {
-                Error::Schema(format!(
-                    "cannot make {}.{} unique: {e} (the stored rows hold duplicates)",
-                    table.name, f.name
-                ))
-            } else {
-                e.into_error(ENGINE, Some(table))
-            }
-        })?;
+        let index = d.quoted(&d.index_name(&db_name, &col_names[i], f.unique));
+        conn.simple(&index_ddl(&qname, &index, &col, f.unique))
+            .map_err(|e| index_error(table, f, e, |e| e.into_error(ENGINE, Some(table))))?;
     }
     let mut pg_types = Vec::new();
     let mut sequence = None;

@@ -5,6 +5,7 @@ use std::collections::HashMap;
 use std::sync::{Arc, Mutex, PoisonError};
 
 use burrow_core::{Column, FieldKind, Select, Table};
+use burrow_sqlite::statements::write_bulk_insert;
 
 use crate::dialect::{write_where, Dialect, Enc, SqlText};
 
@@ -212,23 +213,15 @@ impl TableSql {
         }
         m.entry(rows)
             .or_insert_with(|| {
-                let n = self.cols.len();
-                let mut s = format!("INSERT INTO {} ", self.name);
-                if n == 0 {
-                    s.push_str(&format!("({}) VALUES ", self.id));
-                    for r in 0..rows {
-                        s.push_str(if r == 0 { "(NULL)" } else { ",(NULL)" });
-                    }
-                    return s.into();
-                }
-                s.push_str(&format!("({}) VALUES ", self.cols.join(",")));
-                let group = format!("({})", vec!["?"; n].join(","));
-                for r in 0..rows {
-                    if r > 0 {
-                        s.push(',');
-                    }
-                    s.push_str(&group);
-                }
+                let mut s = String::new();
+                write_bulk_insert(
+                    &mut s,
+                    &self.name,
+                    &self.id,
+                    self.cols.len(),
+                    |i, out| out.push_str(&self.cols[i]),
+                    rows,
+                );
                 s.into()
             })
             .clone()

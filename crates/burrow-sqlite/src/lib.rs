@@ -37,8 +37,8 @@
 
 mod hot;
 mod options;
-mod schema;
-mod statements;
+pub mod schema;
+pub mod statements;
 mod vtab;
 
 use std::sync::{Arc, Condvar, Mutex, MutexGuard, PoisonError};

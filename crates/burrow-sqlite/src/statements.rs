@@ -1,11 +1,14 @@
 //! SQL text for one table, built once when the table is opened.
+//!
+//! Its multi-row INSERT and row limits are also what the external layer
+//! (`burrow-sql`) sends to SQLite and MySQL.
 
 use std::collections::HashMap;
 
-use burrow_core::{Column, FieldKind, Select, Table};
+use burrow_core::{Column, Select, Table};
 
 /// Quotes an identifier: `"name"`, with inner quotes doubled.
-pub fn quote(out: &mut String, ident: &str) {
+pub(crate) fn quote(out: &mut String, ident: &str) {
     out.push('"');
     for c in ident.chars() {
         if c == '"' {
@@ -22,53 +25,21 @@ fn quoted(ident: &str) -> String {
     s
 }
 
-/// The declared SQLite type of a field kind.
-pub fn column_type(kind: FieldKind) -> &'static str {
-    match kind {
-        FieldKind::F64 => "REAL",
-        FieldKind::Text | FieldKind::Json | FieldKind::Date | FieldKind::DateTime => "TEXT",
-        FieldKind::Blob => "BLOB",
-        _ => "INTEGER",
-    }
-}
+/// The most parameters one statement binds, under SQLite's limit.
+pub const MAX_PARAMS: usize = 32_000;
 
-/// The default a NOT NULL column gets, so that a column added to a table with
-/// rows holds a value its field type reads back.
-fn column_default(kind: FieldKind) -> &'static str {
-    match kind {
-        FieldKind::F64 => "0.0",
-        FieldKind::Text => "''",
-        FieldKind::Json => "'null'",
-        FieldKind::Date => "'1970-01-01'",
-        FieldKind::DateTime => "'1970-01-01T00:00:00'",
-        FieldKind::Blob => "x''",
-        _ => "0",
-    }
-}
+/// The most rows one multi-row INSERT writes: measurements stopped improving
+/// there.
+pub const MAX_ROWS: usize = 200;
 
-/// The definition of a field's column, as in CREATE TABLE and ADD COLUMN.
-pub fn column_def(table: &Table, idx: usize) -> String {
-    let f = &table.fields[idx];
-    let mut s = quoted(f.column);
-    s.push(' ');
-    s.push_str(column_type(f.kind));
-    if !f.nullable {
-        s.push_str(" NOT NULL DEFAULT ");
-        s.push_str(column_default(f.kind));
-    }
-    s
-}
-
-/// Rows per multi-row INSERT: as many as fit under SQLite's bound-parameter
-/// limit, capped where measurements stopped improving.
-pub fn rows_per_insert(table: &Table) -> usize {
-    const MAX_PARAMS: usize = 32_000;
-    const MAX_ROWS: usize = 200;
+/// Rows per multi-row INSERT: as many as fit under [`MAX_PARAMS`], at most
+/// [`MAX_ROWS`].
+pub(crate) fn rows_per_insert(table: &Table) -> usize {
     (MAX_PARAMS / (table.fields.len() + 1)).clamp(1, MAX_ROWS)
 }
 
 /// The statements of one table.
-pub struct TableSql {
+pub(crate) struct TableSql {
     pub table: &'static Table,
     /// `SELECT ID, cols FROM t`, the prefix of every read.
     pub select: String,
@@ -180,7 +151,7 @@ impl TableSql {
 }
 
 /// Appends ` WHERE …` for a non-empty filter.
-pub fn write_where(table: &Table, filter: &burrow_core::Filter, s: &mut String) {
+pub(crate) fn write_where(table: &Table, filter: &burrow_core::Filter, s: &mut String) {
     if filter.expr.is_some() {
         s.push_str(" WHERE ");
         filter.write_sql(s, &mut |c: Column, out: &mut String| {
@@ -190,7 +161,7 @@ pub fn write_where(table: &Table, filter: &burrow_core::Filter, s: &mut String) 
 }
 
 /// Appends a column's quoted name (`ID` for the ID).
-pub fn write_column(table: &Table, c: Column, out: &mut String) {
+pub(crate) fn write_column(table: &Table, c: Column, out: &mut String) {
     match c {
         Column::Id => out.push_str("ID"),
         Column::Field(i) => quote(out, table.fields[i].column),
@@ -198,30 +169,57 @@ pub fn write_column(table: &Table, c: Column, out: &mut String) {
 }
 
 /// `INSERT INTO t (cols) VALUES` with `rows` groups of placeholders.
-pub fn bulk_insert_sql(table: &Table, rows: usize) -> String {
-    let mut s = String::from("INSERT INTO ");
-    quote(&mut s, table.name);
-    if table.fields.is_empty() {
-        s.push_str(" (ID) VALUES ");
+pub(crate) fn bulk_insert_sql(table: &Table, rows: usize) -> String {
+    let mut name = String::new();
+    quote(&mut name, table.name);
+    let mut s = String::new();
+    write_bulk_insert(
+        &mut s,
+        &name,
+        "ID",
+        table.fields.len(),
+        |i, out| quote(out, table.fields[i].column),
+        rows,
+    );
+    s
+}
+
+/// Appends `INSERT INTO table (columns) VALUES (?,…),(?,…)…`, `rows` groups
+/// for rows whose ID the database assigns; a table of no columns inserts
+/// `(id) VALUES (NULL),…`. `table` and `id` come quoted; `column` appends the
+/// quoted name of column `i` of `columns`.
+pub fn write_bulk_insert(
+    s: &mut String,
+    table: &str,
+    id: &str,
+    columns: usize,
+    column: impl Fn(usize, &mut String),
+    rows: usize,
+) {
+    s.push_str("INSERT INTO ");
+    s.push_str(table);
+    if columns == 0 {
+        s.push_str(" (");
+        s.push_str(id);
+        s.push_str(") VALUES ");
         for r in 0..rows {
             s.push_str(if r == 0 { "(NULL)" } else { ",(NULL)" });
         }
-        return s;
+        return;
     }
     s.push_str(" (");
-    for (i, f) in table.fields.iter().enumerate() {
+    for i in 0..columns {
         if i > 0 {
             s.push(',');
         }
-        quote(&mut s, f.column);
+        column(i, s);
     }
     s.push_str(") VALUES ");
-    let group = format!("({})", vec!["?"; table.fields.len()].join(","));
+    let group = format!("({})", vec!["?"; columns].join(","));
     for r in 0..rows {
         if r > 0 {
             s.push(',');
         }
         s.push_str(&group);
     }
-    s
 }
