@@ -1,7 +1,7 @@
 //! SQL per database: quoting, placeholders, column types, LIMIT forms, and the
 //! WHERE clauses of Burrow's checked filters rendered for each.
 
-use burrow_core::{Column, Expr, FieldKind, Filter, SqlStyle};
+use burrow_core::{Caps, Column, Expr, FieldKind, Filter, SqlStyle};
 
 /// The SQL dialect of a connection.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -226,6 +226,111 @@ impl Dialect {
             // and unique keys are case-sensitive.
             Dialect::MySql => " ENGINE=InnoDB DEFAULT CHARSET=utf8mb4 COLLATE=utf8mb4_bin",
             _ => "",
+        }
+    }
+
+    /// What the engine reports of itself for tables on this database.
+    pub(crate) fn caps(self) -> Caps {
+        match self {
+            Dialect::Postgres => Caps::network("postgres"),
+            Dialect::MySql => Caps::network("mysql"),
+            Dialect::Sqlite => Caps::in_process("sqlite-external"),
+        }
+    }
+
+    /// The statement that begins a transaction.
+    pub(crate) fn begin_verb(self) -> &'static str {
+        match self {
+            Dialect::Postgres => "BEGIN",
+            Dialect::MySql => "START TRANSACTION",
+            // Take the write lock now, as the SQLite engine does, so that a
+            // transaction never fails half-way to upgrade its lock.
+            Dialect::Sqlite => "BEGIN IMMEDIATE",
+        }
+    }
+
+    /// Whether one failed statement aborts the whole transaction (PostgreSQL),
+    /// so that writes inside one need a savepoint each to leave it usable.
+    pub(crate) fn aborts_tx_on_error(self) -> bool {
+        self == Dialect::Postgres
+    }
+
+    /// Whether DDL runs inside a transaction, all or nothing. MySQL commits
+    /// each DDL statement by itself.
+    pub(crate) fn transactional_ddl(self) -> bool {
+        self != Dialect::MySql
+    }
+
+    /// The query of the server's version; MySQL's also reads what bounds its
+    /// multi-row INSERTs (see `crate::server`).
+    pub(crate) fn server_info_sql(self) -> &'static str {
+        match self {
+            Dialect::Postgres => "SELECT version()",
+            Dialect::MySql => {
+                "SELECT VERSION(), @@innodb_autoinc_lock_mode, @@auto_increment_increment, \
+                 @@max_allowed_packet"
+            }
+            Dialect::Sqlite => "SELECT sqlite_version()",
+        }
+    }
+
+    /// The name and type of each column of a table (its name bound as the
+    /// one parameter), in order.
+    pub(crate) fn columns_sql(self) -> &'static str {
+        match self {
+            Dialect::Postgres => {
+                "SELECT column_name::text, udt_name::text FROM information_schema.columns \
+                 WHERE table_schema = current_schema() AND table_name = $1 ORDER BY ordinal_position"
+            }
+            Dialect::MySql => {
+                "SELECT COLUMN_NAME, DATA_TYPE FROM information_schema.COLUMNS \
+                 WHERE TABLE_SCHEMA = DATABASE() AND TABLE_NAME = ? ORDER BY ORDINAL_POSITION"
+            }
+            Dialect::Sqlite => "SELECT name, type FROM pragma_table_info(?)",
+        }
+    }
+
+    /// Rows per bulk statement when the builder sets none, and the most that
+    /// the parameter limit lets through for `columns` parameters a row.
+    pub(crate) fn bulk_rows(self, columns: usize) -> (usize, usize) {
+        let columns = columns.max(1);
+        match self {
+            Dialect::Postgres => (5_000, usize::MAX),
+            Dialect::MySql => (1_000, 65_535 / columns),
+            Dialect::Sqlite => (
+                burrow_sqlite::statements::MAX_ROWS,
+                burrow_sqlite::statements::MAX_PARAMS / columns,
+            ),
+        }
+    }
+
+    /// Whether many rows go as one array per column (PostgreSQL's `UNNEST`
+    /// and `= ANY`) rather than a placeholder per value.
+    pub(crate) fn binds_arrays(self) -> bool {
+        self == Dialect::Postgres
+    }
+
+    /// Whether an INSERT hands back the new ID as a row (`RETURNING`) rather
+    /// than through the connection's last insert ID.
+    pub(crate) fn insert_returns_id(self) -> bool {
+        self == Dialect::Postgres
+    }
+
+    /// Whether a filter on a boolean column compares native booleans rather
+    /// than whatever integers another writer stored.
+    pub(crate) fn native_bools(self) -> bool {
+        self == Dialect::Postgres
+    }
+
+    /// The IDs of a multi-row INSERT of `rows` rows, from the connection's
+    /// last insert ID after it. SQLite reports the last row's: one INSERT
+    /// gives its rows consecutive rowids after the current maximum, under the
+    /// database's write lock. MySQL reports the first row's, and lock modes 0
+    /// and 1 give the others `step` apart.
+    pub(crate) fn bulk_insert_ids(self, reported: i64, rows: i64, step: i64) -> Vec<i64> {
+        match self {
+            Dialect::Sqlite => (reported - rows + 1..=reported).collect(),
+            _ => (0..rows).map(|i| reported + i * step).collect(),
         }
     }
 

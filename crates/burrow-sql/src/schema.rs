@@ -9,7 +9,7 @@
 use burrow_core::{Error, FieldKind, Result, Table, ValueRef};
 use burrow_sqlite::schema::{index_ddl, index_error};
 
-use crate::conn::{Conn, QueryError};
+use crate::conn::{q_err, Conn};
 use crate::dialect::{Dialect, Enc};
 use crate::options::SqlOptions;
 use crate::table::TableSql;
@@ -98,45 +98,32 @@ fn enc_for(kind: FieldKind, fam: Family) -> Option<Enc> {
     })
 }
 
-fn q_err(e: QueryError, table: &Table) -> Error {
-    match e {
-        QueryError::Db(d) => d.into_error(ENGINE, Some(table)),
-        QueryError::Out(e) => e,
-    }
-}
-
 fn columns(conn: &mut dyn Conn, d: Dialect, db_name: &str, table: &Table) -> Result<Vec<ColInfo>> {
-    let sql = match d {
-        Dialect::Postgres => {
-            "SELECT column_name::text, udt_name::text FROM information_schema.columns \
-             WHERE table_schema = current_schema() AND table_name = $1 ORDER BY ordinal_position"
-        }
-        Dialect::MySql => {
-            "SELECT COLUMN_NAME, DATA_TYPE FROM information_schema.COLUMNS \
-             WHERE TABLE_SCHEMA = DATABASE() AND TABLE_NAME = ? ORDER BY ORDINAL_POSITION"
-        }
-        Dialect::Sqlite => "SELECT name, type FROM pragma_table_info(?)",
-    };
     let mut out = Vec::new();
-    conn.query(sql, &[ValueRef::Text(db_name.into())], false, &mut |row| {
-        let text = |i: usize| -> Result<String> {
-            match row.value(i)? {
-                ValueRef::Text(t) => Ok(t.into_owned()),
-                ValueRef::Blob(b) => Ok(String::from_utf8_lossy(b).into_owned()),
-                ValueRef::Null => Ok(String::new()),
-                other => Err(Error::engine(
-                    ENGINE,
-                    format!("catalog gave {}", other.type_name()),
-                )),
-            }
-        };
-        out.push(ColInfo {
-            name: text(0)?,
-            ty: text(1)?.to_ascii_lowercase(),
-        });
-        Ok(())
-    })
-    .map_err(|e| q_err(e, table))?;
+    conn.query(
+        d.columns_sql(),
+        &[ValueRef::Text(db_name.into())],
+        false,
+        &mut |row| {
+            let text = |i: usize| -> Result<String> {
+                match row.value(i)? {
+                    ValueRef::Text(t) => Ok(t.into_owned()),
+                    ValueRef::Blob(b) => Ok(String::from_utf8_lossy(b).into_owned()),
+                    ValueRef::Null => Ok(String::new()),
+                    other => Err(Error::engine(
+                        ENGINE,
+                        format!("catalog gave {}", other.type_name()),
+                    )),
+                }
+            };
+            out.push(ColInfo {
+                name: text(0)?,
+                ty: text(1)?.to_ascii_lowercase(),
+            });
+            Ok(())
+        },
+    )
+    .map_err(|e| q_err(e, Some(table)))?;
     Ok(out)
 }
 
@@ -145,16 +132,9 @@ fn columns(conn: &mut dyn Conn, d: Dialect, db_name: &str, table: &Table) -> Res
 /// transaction (tables are set up on the engine, never inside a unit of work).
 pub fn ensure(conn: &mut dyn Conn, opts: &SqlOptions, table: &'static Table) -> Result<TableSql> {
     let d = opts.dialect;
-    // PostgreSQL and SQLite run DDL inside a transaction: all or nothing.
-    // MySQL commits each DDL statement by itself anyway.
-    let own_tx = d != Dialect::MySql;
+    let own_tx = d.transactional_ddl();
     if own_tx {
-        let begin = if d == Dialect::Sqlite {
-            "BEGIN IMMEDIATE"
-        } else {
-            "BEGIN"
-        };
-        conn.simple(begin)
+        conn.simple(d.begin_verb())
             .map_err(|e| e.into_error(ENGINE, Some(table)))?;
     }
     let r = ensure_in_tx(conn, opts, table);
@@ -311,7 +291,7 @@ fn ensure_in_tx(conn: &mut dyn Conn, opts: &SqlOptions, table: &'static Table) -
                 Ok(())
             },
         )
-        .map_err(|e| q_err(e, table))?;
+        .map_err(|e| q_err(e, Some(table)))?;
         sequence = Some(seq.ok_or_else(|| {
             Error::Schema(format!(
                 "the ID column {db_name}.{id_col} has no sequence: make it an identity \
