@@ -163,7 +163,7 @@ impl Batch<'_> {
 
     /// Rows per bulk statement of this table.
     fn bulk_rows(&self, t: &TableSql) -> usize {
-        let (default, param_cap) = t.dialect.bulk_rows(t.cols.len() + 1);
+        let (default, param_cap) = t.dialect.bulk_rows(t.names.columns.len() + 1);
         let set = self.engine.options().bulk_rows;
         let want = if set > 0 { set } else { default };
         want.min(param_cap).max(1)
@@ -182,13 +182,15 @@ impl Batch<'_> {
         let (mut start, mut bytes) = (0, 0usize);
         for (k, item) in items.iter().enumerate() {
             let size: usize = match item.op {
-                BatchOp::Add { row, .. } | BatchOp::Update { row, .. } => (0..t.cols.len())
-                    .map(|i| match row.field(i) {
-                        ValueRef::Text(s) => s.len() + 9,
-                        ValueRef::Blob(b) => b.len() + 9,
-                        _ => 13,
-                    })
-                    .sum(),
+                BatchOp::Add { row, .. } | BatchOp::Update { row, .. } => {
+                    (0..t.names.columns.len())
+                        .map(|i| match row.field(i) {
+                            ValueRef::Text(s) => s.len() + 9,
+                            ValueRef::Blob(b) => b.len() + 9,
+                            _ => 13,
+                        })
+                        .sum()
+                }
                 BatchOp::Delete { .. } => 9,
             };
             if k > start && (k - start == cap || bytes + size > budget) {
@@ -226,7 +228,7 @@ impl Batch<'_> {
 
     /// One multi-row `INSERT … VALUES (…),(…)`; the database numbers the rows.
     fn add_rows(&mut self, t: &TableSql, chunk: &[BatchItem<'_>]) -> Result<Vec<i64>, DbError> {
-        let n = t.cols.len();
+        let n = t.names.columns.len();
         let k = chunk.len() as i64;
         if t.dialect == Dialect::Sqlite {
             // New rowids follow the current maximum, unless it is near
@@ -253,7 +255,7 @@ impl Batch<'_> {
     /// PostgreSQL: IDs drawn from the sequence, then every row inserted from
     /// one array per column.
     fn add_arrays(&mut self, t: &TableSql, chunk: &[BatchItem<'_>]) -> Result<Vec<i64>, DbError> {
-        let n = t.cols.len();
+        let n = t.names.columns.len();
         let seq = t.sequence.as_deref().unwrap_or_default();
         let sql = format!(
             "SELECT nextval('{}') FROM generate_series(1, $1)",
@@ -358,7 +360,7 @@ impl Batch<'_> {
     /// PostgreSQL: updates every field of a run of rows from arrays, one
     /// statement per chunk; a chunk never holds one ID twice.
     fn update(&mut self, t: &TableSql, items: &[BatchItem<'_>], base: usize) -> Result<()> {
-        let n = t.cols.len();
+        let n = t.names.columns.len();
         let cap = self.bulk_rows(t);
         let mut start = 0;
         while start < items.len() {

@@ -249,6 +249,11 @@ impl Dialect {
         }
     }
 
+    /// Whether placeholders are numbered (`$1`) rather than `?`.
+    pub(crate) fn numbered_params(self) -> bool {
+        self == Dialect::Postgres
+    }
+
     /// Whether one failed statement aborts the whole transaction (PostgreSQL),
     /// so that writes inside one need a savepoint each to leave it usable.
     pub(crate) fn aborts_tx_on_error(self) -> bool {
@@ -374,12 +379,11 @@ impl SqlText {
 /// Appends the next placeholder, counting it: `$n` or `?`.
 fn placeholder(dialect: Dialect, params: &mut usize, out: &mut String) {
     *params += 1;
-    match dialect {
-        Dialect::Postgres => {
-            use std::fmt::Write;
-            let _ = write!(out, "${params}");
-        }
-        _ => out.push('?'),
+    if dialect.numbered_params() {
+        use std::fmt::Write;
+        let _ = write!(out, "${params}");
+    } else {
+        out.push('?');
     }
 }
 

@@ -64,7 +64,7 @@ pub(crate) fn delete_where(
 ) -> Result<u64> {
     let t = s.engine().table(table)?;
     let mut sql = SqlText::new(t.dialect, "DELETE FROM ");
-    sql.push(&t.name);
+    sql.push(&t.names.table);
     t.write_where(&mut sql, filter);
     let mut p = Vec::with_capacity(filter.params.len());
     filter_params(&t, filter, &mut p);
@@ -119,7 +119,7 @@ pub(crate) fn select(
 pub(crate) fn count(s: &impl Session, table: &'static Table, filter: &Filter) -> Result<u64> {
     let t = s.engine().table(table)?;
     let mut sql = SqlText::new(t.dialect, "SELECT count(*) FROM ");
-    sql.push(&t.name);
+    sql.push(&t.names.table);
     t.write_where(&mut sql, filter);
     let mut p = Vec::with_capacity(filter.params.len());
     filter_params(&t, filter, &mut p);

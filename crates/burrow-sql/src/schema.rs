@@ -8,6 +8,7 @@
 
 use burrow_core::{Error, FieldKind, Result, Table, ValueRef};
 use burrow_sqlite::schema::{index_ddl, index_error};
+use burrow_sqlite::statements::TableNames;
 
 use crate::conn::{q_err, Conn};
 use crate::dialect::{Dialect, Enc};
@@ -300,7 +301,11 @@ fn ensure_in_tx(conn: &mut dyn Conn, opts: &SqlOptions, table: &'static Table) -
             ))
         })?);
     }
-    Ok(TableSql::new(
-        table, d, &db_name, &id_col, &col_names, encs, pg_types, sequence,
-    ))
+    let names = TableNames {
+        table: qname,
+        id: d.quoted(&id_col),
+        columns: col_names.iter().map(|c| d.quoted(c)).collect(),
+        numbered: d.numbered_params(),
+    };
+    Ok(TableSql::new(table, d, names, encs, pg_types, sequence))
 }

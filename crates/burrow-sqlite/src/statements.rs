@@ -1,7 +1,8 @@
 //! SQL text for one table, built once when the table is opened.
 //!
-//! Its multi-row INSERT and row limits are also what the external layer
-//! (`burrow-sql`) sends to SQLite and MySQL.
+//! [`TableNames`] writes the statements of a table from its quoted names:
+//! this engine's, and the external layer's (`burrow-sql`) for every database
+//! it speaks to, so that each statement is written once.
 
 use std::collections::HashMap;
 
@@ -61,62 +62,35 @@ pub(crate) struct TableSql {
     pub max_id: String,
     /// Partial updates seen so far, by field list.
     pub update_some: HashMap<Vec<usize>, String>,
+    names: TableNames,
 }
 
 impl TableSql {
     pub fn new(table: &'static Table) -> Self {
-        let name = quoted(table.name);
-        let cols: Vec<String> = table.fields.iter().map(|f| quoted(f.column)).collect();
-        let select = format!(
-            "SELECT ID{}{} FROM {name}",
-            if cols.is_empty() { "" } else { "," },
-            cols.join(",")
-        );
-        let qmarks = vec!["?"; cols.len() + 1].join(",");
-        let insert = if cols.is_empty() {
-            format!("INSERT INTO {name} (ID) VALUES (?)")
-        } else {
-            format!(
-                "INSERT INTO {name} (ID,{}) VALUES ({qmarks})",
-                cols.join(",")
-            )
-        };
+        let names = TableNames::of(table);
         let bulk_rows = rows_per_insert(table);
-        let bulk_insert = bulk_insert_sql(table, bulk_rows);
-        let sets: Vec<String> = cols.iter().map(|c| format!("{c}=?")).collect();
-        let update_all = format!("UPDATE {name} SET {} WHERE ID=?", sets.join(","));
         TableSql {
             table,
-            select_by_id: format!("{select} WHERE ID=?"),
-            select,
-            insert,
-            insert_new: bulk_insert_sql(table, 1),
-            bulk_insert,
+            select: names.select(),
+            select_by_id: names.select_by_id(),
+            insert: names.insert_with_id(),
+            insert_new: names.insert_rows(1),
+            bulk_insert: names.insert_rows(bulk_rows),
             bulk_rows,
-            update_all,
-            delete: format!("DELETE FROM {name} WHERE ID=?"),
-            max_id: format!("SELECT max(ID) FROM {name}"),
+            update_all: names.update_all(),
+            delete: names.delete(),
+            max_id: names.max_id(),
             update_some: HashMap::new(),
+            names,
         }
     }
 
     /// `UPDATE t SET listed cols WHERE ID=?`, built once per distinct list.
     pub fn update_some(&mut self, fields: &[usize]) -> &str {
-        let table = self.table;
-        self.update_some.entry(fields.to_vec()).or_insert_with(|| {
-            let mut s = String::from("UPDATE ");
-            quote(&mut s, table.name);
-            s.push_str(" SET ");
-            for (n, &i) in fields.iter().enumerate() {
-                if n > 0 {
-                    s.push(',');
-                }
-                quote(&mut s, table.fields[i].column);
-                s.push_str("=?");
-            }
-            s.push_str(" WHERE ID=?");
-            s
-        })
+        let names = &self.names;
+        self.update_some
+            .entry(fields.to_vec())
+            .or_insert_with(|| names.update_some(fields))
     }
 
     /// The text of a SELECT of `what` (`None`: ID and every field) with the
@@ -170,56 +144,155 @@ pub(crate) fn write_column(table: &Table, c: Column, out: &mut String) {
 
 /// `INSERT INTO t (cols) VALUES` with `rows` groups of placeholders.
 pub(crate) fn bulk_insert_sql(table: &Table, rows: usize) -> String {
-    let mut name = String::new();
-    quote(&mut name, table.name);
-    let mut s = String::new();
-    write_bulk_insert(
-        &mut s,
-        &name,
-        "ID",
-        table.fields.len(),
-        |i, out| quote(out, table.fields[i].column),
-        rows,
-    );
-    s
+    TableNames::of(table).insert_rows(rows)
 }
 
-/// Appends `INSERT INTO table (columns) VALUES (?,…),(?,…)…`, `rows` groups
-/// for rows whose ID the database assigns; a table of no columns inserts
-/// `(id) VALUES (NULL),…`. `table` and `id` come quoted; `column` appends the
-/// quoted name of column `i` of `columns`.
-pub fn write_bulk_insert(
-    s: &mut String,
-    table: &str,
-    id: &str,
-    columns: usize,
-    column: impl Fn(usize, &mut String),
-    rows: usize,
-) {
-    s.push_str("INSERT INTO ");
-    s.push_str(table);
-    if columns == 0 {
-        s.push_str(" (");
-        s.push_str(id);
+/// The quoted names of a table's columns, from which its statements are
+/// written: the embedded engine's, and the external layer's for each
+/// database it speaks to.
+#[derive(Debug, Clone)]
+pub struct TableNames {
+    /// The table.
+    pub table: String,
+    /// The ID column.
+    pub id: String,
+    /// The column of each field.
+    pub columns: Vec<String>,
+    /// Whether placeholders are numbered (`$1`, PostgreSQL) rather than `?`.
+    pub numbered: bool,
+}
+
+impl TableNames {
+    /// The names of `table` as this engine stores it.
+    pub(crate) fn of(table: &Table) -> TableNames {
+        TableNames {
+            table: quoted(table.name),
+            id: "ID".into(),
+            columns: table.fields.iter().map(|f| quoted(f.column)).collect(),
+            numbered: false,
+        }
+    }
+
+    /// Appends the `n`th placeholder (from 1).
+    fn param(&self, s: &mut String, n: usize) {
+        if self.numbered {
+            s.push('$');
+            s.push_str(&n.to_string());
+        } else {
+            s.push('?');
+        }
+    }
+
+    /// Appends `(…)` with placeholders `from` to `from + n - 1`.
+    fn params(&self, s: &mut String, from: usize, n: usize) {
+        s.push('(');
+        for i in 0..n {
+            if i > 0 {
+                s.push(',');
+            }
+            self.param(s, from + i);
+        }
+        s.push(')');
+    }
+
+    /// `SELECT id,cols FROM t`, the prefix of every read of whole rows.
+    pub fn select(&self) -> String {
+        let mut s = format!("SELECT {}", self.id);
+        for c in &self.columns {
+            s.push(',');
+            s.push_str(c);
+        }
+        s.push_str(" FROM ");
+        s.push_str(&self.table);
+        s
+    }
+
+    /// `SELECT id,cols FROM t WHERE id=?`
+    pub fn select_by_id(&self) -> String {
+        let mut s = self.select();
+        self.where_id(&mut s, 1);
+        s
+    }
+
+    /// Appends ` WHERE id=?`, the placeholder numbered `n`.
+    fn where_id(&self, s: &mut String, n: usize) {
+        s.push_str(" WHERE ");
+        s.push_str(&self.id);
+        s.push('=');
+        self.param(s, n);
+    }
+
+    /// `INSERT INTO t (id,cols) VALUES (?,…)`, for a given ID.
+    pub fn insert_with_id(&self) -> String {
+        let mut s = format!("INSERT INTO {} ({}", self.table, self.id);
+        for c in &self.columns {
+            s.push(',');
+            s.push_str(c);
+        }
+        s.push_str(") VALUES ");
+        self.params(&mut s, 1, self.columns.len() + 1);
+        s
+    }
+
+    /// `INSERT INTO t (cols) VALUES (…),(…)…` with `rows` rows whose IDs the
+    /// database assigns: binding no ID at all costs SQLite less than binding
+    /// it NULL. A table of no columns inserts `(id) VALUES (NULL),…`.
+    pub fn insert_rows(&self, rows: usize) -> String {
+        let mut s = format!("INSERT INTO {} (", self.table);
+        let n = self.columns.len();
+        if n == 0 {
+            s.push_str(&self.id);
+            s.push_str(") VALUES ");
+            for r in 0..rows {
+                s.push_str(if r == 0 { "(NULL)" } else { ",(NULL)" });
+            }
+            return s;
+        }
+        s.push_str(&self.columns.join(","));
         s.push_str(") VALUES ");
         for r in 0..rows {
-            s.push_str(if r == 0 { "(NULL)" } else { ",(NULL)" });
+            if r > 0 {
+                s.push(',');
+            }
+            self.params(&mut s, r * n + 1, n);
         }
-        return;
+        s
     }
-    s.push_str(" (");
-    for i in 0..columns {
-        if i > 0 {
-            s.push(',');
-        }
-        column(i, s);
+
+    /// `UPDATE t SET every col WHERE id=?` (a table of no columns sets the
+    /// ID to itself, to find whether the row is there).
+    pub fn update_all(&self) -> String {
+        let all: Vec<usize> = (0..self.columns.len()).collect();
+        self.update_some(&all)
     }
-    s.push_str(") VALUES ");
-    let group = format!("({})", vec!["?"; columns].join(","));
-    for r in 0..rows {
-        if r > 0 {
-            s.push(',');
+
+    /// `UPDATE t SET listed cols WHERE id=?`.
+    pub fn update_some(&self, fields: &[usize]) -> String {
+        let mut s = format!("UPDATE {} SET ", self.table);
+        if fields.is_empty() {
+            s.push_str(&format!("{0}={0}", self.id));
         }
-        s.push_str(&group);
+        for (n, &i) in fields.iter().enumerate() {
+            if n > 0 {
+                s.push(',');
+            }
+            s.push_str(&self.columns[i]);
+            s.push('=');
+            self.param(&mut s, n + 1);
+        }
+        self.where_id(&mut s, fields.len() + 1);
+        s
+    }
+
+    /// `DELETE FROM t WHERE id=?`
+    pub fn delete(&self) -> String {
+        let mut s = format!("DELETE FROM {}", self.table);
+        self.where_id(&mut s, 1);
+        s
+    }
+
+    /// `SELECT max(id) FROM t`
+    pub fn max_id(&self) -> String {
+        format!("SELECT max({}) FROM {}", self.id, self.table)
     }
 }
