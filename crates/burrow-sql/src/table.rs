@@ -126,34 +126,35 @@ impl TableSql {
             .clone()
     }
 
-    /// PostgreSQL: `INSERT … SELECT * FROM UNNEST($1::int8[], …)`, the ID
-    /// and every field bound as one array each.
-    pub fn pg_unnest_insert(&self) -> String {
-        let mut all = vec![self.names.id.clone()];
-        all.extend(self.names.columns.iter().cloned());
+    /// PostgreSQL: `$1::int8[],$2::text[],…`, one typed array parameter per
+    /// column, ID first.
+    fn pg_arrays(&self) -> String {
         let arrays: Vec<String> = self
             .pg_types
             .iter()
             .enumerate()
             .map(|(i, t)| format!("${}::{}[]", i + 1, t))
             .collect();
+        arrays.join(",")
+    }
+
+    /// PostgreSQL: `INSERT … SELECT * FROM UNNEST($1::int8[], …)`, the ID
+    /// and every field bound as one array each.
+    pub fn pg_unnest_insert(&self) -> String {
+        let mut all = vec![self.names.id.clone()];
+        all.extend(self.names.columns.iter().cloned());
+        let arrays = self.pg_arrays();
         format!(
-            "INSERT INTO {} ({}) SELECT * FROM UNNEST({})",
+            "INSERT INTO {} ({}) SELECT * FROM UNNEST({arrays})",
             self.names.table,
-            all.join(","),
-            arrays.join(",")
+            all.join(",")
         )
     }
 
     /// PostgreSQL: every field of many rows updated from arrays in one
     /// statement; returns the IDs found.
     pub fn pg_unnest_update(&self) -> String {
-        let arrays: Vec<String> = self
-            .pg_types
-            .iter()
-            .enumerate()
-            .map(|(i, t)| format!("${}::{}[]", i + 1, t))
-            .collect();
+        let arrays = self.pg_arrays();
         let names: Vec<String> = (0..self.pg_types.len())
             .map(|i| if i == 0 { "k".into() } else { format!("v{i}") })
             .collect();
@@ -170,9 +171,8 @@ impl TableSql {
             sets.join(",")
         };
         format!(
-            "UPDATE {} AS x SET {sets} FROM UNNEST({}) AS u({}) WHERE x.{}=u.k RETURNING x.{}",
+            "UPDATE {} AS x SET {sets} FROM UNNEST({arrays}) AS u({}) WHERE x.{}=u.k RETURNING x.{}",
             self.names.table,
-            arrays.join(","),
             names.join(","),
             self.names.id,
             self.names.id
