@@ -249,6 +249,12 @@ impl Dialect {
         }
     }
 
+    /// Whether NULLs sort last ascending (PostgreSQL), so that ORDER BY needs
+    /// `NULLS FIRST` to sort them first as SQLite and MySQL do.
+    pub(crate) fn sorts_nulls_last(self) -> bool {
+        self == Dialect::Postgres
+    }
+
     /// Whether placeholders are numbered (`$1`) rather than `?`.
     pub(crate) fn numbered_params(self) -> bool {
         self == Dialect::Postgres
@@ -365,11 +371,6 @@ impl SqlText {
         }
     }
 
-    /// Appends the next placeholder: `$n` or `?`.
-    pub fn param(&mut self) {
-        placeholder(self.dialect, &mut self.params, &mut self.text);
-    }
-
     /// Appends text.
     pub fn push(&mut self, s: &str) {
         self.text.push_str(s);
@@ -409,10 +410,12 @@ pub fn write_where(sql: &mut SqlText, filter: &Filter, col: &dyn Fn(Column, &mut
 }
 
 /// The dialect's spelling of placeholders and of SQLite's case-blind `LIKE`.
-struct Style<'a> {
-    dialect: Dialect,
-    params: &'a mut usize,
-    col: &'a dyn Fn(Column, &mut String),
+pub(crate) struct Style<'a> {
+    pub dialect: Dialect,
+    /// Placeholders written so far.
+    pub params: &'a mut usize,
+    /// Writes a quoted column.
+    pub col: &'a dyn Fn(Column, &mut String),
 }
 
 impl SqlStyle for Style<'_> {
@@ -491,10 +494,10 @@ mod test {
 
     #[test]
     fn postgres_placeholders_are_numbered() {
-        let mut s = SqlText::new(Dialect::Postgres, "x=");
-        s.param();
-        s.push(",y=");
-        s.param();
-        assert_eq!(s.text, "x=$1,y=$2");
+        let (mut s, mut n) = (String::from("x="), 0);
+        placeholder(Dialect::Postgres, &mut n, &mut s);
+        s.push_str(",y=");
+        placeholder(Dialect::Postgres, &mut n, &mut s);
+        assert_eq!(s, "x=$1,y=$2");
     }
 }

@@ -7,7 +7,7 @@ use std::sync::{Arc, Mutex, PoisonError};
 use burrow_core::{Column, FieldKind, Select, Table};
 use burrow_sqlite::statements::TableNames;
 
-use crate::dialect::{write_where, Dialect, Enc, SqlText};
+use crate::dialect::{write_where, Dialect, Enc, SqlText, Style};
 
 /// The statements and storage of one table.
 pub struct TableSql {
@@ -97,10 +97,7 @@ impl TableSql {
 
     /// Appends a column's quoted name.
     pub fn write_column(&self, c: Column, out: &mut String) {
-        match c {
-            Column::Id => out.push_str(&self.names.id),
-            Column::Field(i) => out.push_str(&self.names.columns[i]),
-        }
+        self.names.write_column(c, out)
     }
 
     /// `UPDATE t SET listed cols WHERE id = ?`, built once per distinct list.
@@ -201,37 +198,15 @@ impl TableSql {
     /// limit and offset of `select`; returns whether LIMIT and OFFSET follow
     /// the filter's parameters.
     pub fn select_sql(&self, what: Option<Column>, select: &Select) -> (String, bool) {
-        let mut s = match what {
-            None => SqlText::new(self.dialect, &self.select),
-            Some(c) => {
-                let mut s = SqlText::new(self.dialect, "SELECT ");
-                self.write_column(c, &mut s.text);
-                s.push(" FROM ");
-                s.push(&self.names.table);
-                s
-            }
+        let mut params = 0;
+        let mut style = Style {
+            dialect: self.dialect,
+            params: &mut params,
+            col: &|c, out| self.names.write_column(c, out),
         };
-        self.write_where(&mut s, &select.filter);
-        for (n, (c, desc)) in select.order.iter().enumerate() {
-            s.push(if n == 0 { " ORDER BY " } else { "," });
-            self.write_column(*c, &mut s.text);
-            if *desc {
-                s.push(" DESC");
-            }
-            // NULLs sort first, as in SQLite and MySQL.
-            let nullable = matches!(c, Column::Field(i) if self.table.fields[*i].nullable);
-            if self.dialect == Dialect::Postgres && nullable {
-                s.push(if *desc { " NULLS LAST" } else { " NULLS FIRST" });
-            }
-        }
-        let paged = select.limit.is_some() || select.offset > 0;
-        if paged {
-            s.push(" LIMIT ");
-            s.param();
-            s.push(" OFFSET ");
-            s.param();
-        }
-        (s.text, paged)
+        let nulls = self.dialect.sorts_nulls_last().then_some(self.table);
+        self.names
+            .select_sql(&self.select, what, select, &mut style, nulls)
     }
 
     /// Appends ` WHERE …` for `filter`.

@@ -6,7 +6,7 @@
 
 use std::collections::HashMap;
 
-use burrow_core::{Column, Select, Table};
+use burrow_core::{Column, Select, SqlStyle, Table};
 
 /// Quotes an identifier: `"name"`, with inner quotes doubled.
 pub(crate) fn quote(out: &mut String, ident: &str) {
@@ -97,30 +97,9 @@ impl TableSql {
     /// filter, order, limit and offset of `select`. LIMIT and OFFSET are bound
     /// after the filter's parameters when present.
     pub fn select_sql(&self, what: Option<Column>, select: &Select) -> (String, bool) {
-        let table = self.table;
-        let mut s = match what {
-            None => self.select.clone(),
-            Some(c) => {
-                let mut s = String::from("SELECT ");
-                write_column(table, c, &mut s);
-                s.push_str(" FROM ");
-                quote(&mut s, table.name);
-                s
-            }
-        };
-        write_where(table, &select.filter, &mut s);
-        for (n, (c, desc)) in select.order.iter().enumerate() {
-            s.push_str(if n == 0 { " ORDER BY " } else { "," });
-            write_column(table, *c, &mut s);
-            if *desc {
-                s.push_str(" DESC");
-            }
-        }
-        let paged = select.limit.is_some() || select.offset > 0;
-        if paged {
-            s.push_str(" LIMIT ? OFFSET ?");
-        }
-        (s, paged)
+        let names = &self.names;
+        let mut style = |c: Column, out: &mut String| names.write_column(c, out);
+        names.select_sql(&self.select, what, select, &mut style, None)
     }
 }
 
@@ -289,6 +268,65 @@ impl TableNames {
         let mut s = format!("DELETE FROM {}", self.table);
         self.where_id(&mut s, 1);
         s
+    }
+
+    /// Appends a column's quoted name.
+    pub fn write_column(&self, c: Column, out: &mut String) {
+        match c {
+            Column::Id => out.push_str(&self.id),
+            Column::Field(i) => out.push_str(&self.columns[i]),
+        }
+    }
+
+    /// A SELECT of `what` with the filter, order, limit and offset of
+    /// `select`, written in `style`; `None` reads the ID and every column,
+    /// after `all`, the caller's kept copy of [`select`](Self::select).
+    /// Returns whether LIMIT and OFFSET placeholders follow the filter's.
+    /// `nulls` names the table whose nullable columns get an explicit
+    /// `NULLS FIRST` ascending (`NULLS LAST` descending), for a database that
+    /// would otherwise sort NULLs unlike SQLite.
+    pub fn select_sql(
+        &self,
+        all: &str,
+        what: Option<Column>,
+        select: &Select,
+        style: &mut dyn SqlStyle,
+        nulls: Option<&Table>,
+    ) -> (String, bool) {
+        let mut s = match what {
+            None => all.to_owned(),
+            Some(c) => {
+                let mut s = String::from("SELECT ");
+                style.column(c, &mut s);
+                s.push_str(" FROM ");
+                s.push_str(&self.table);
+                s
+            }
+        };
+        if select.filter.expr.is_some() {
+            s.push_str(" WHERE ");
+            select.filter.write_sql(&mut s, style);
+        }
+        for (n, (c, desc)) in select.order.iter().enumerate() {
+            s.push_str(if n == 0 { " ORDER BY " } else { "," });
+            style.column(*c, &mut s);
+            if *desc {
+                s.push_str(" DESC");
+            }
+            if let (Some(t), Column::Field(i)) = (nulls, c) {
+                if t.fields[*i].nullable {
+                    s.push_str(if *desc { " NULLS LAST" } else { " NULLS FIRST" });
+                }
+            }
+        }
+        let paged = select.limit.is_some() || select.offset > 0;
+        if paged {
+            s.push_str(" LIMIT ");
+            style.placeholder(&mut s);
+            s.push_str(" OFFSET ");
+            style.placeholder(&mut s);
+        }
+        (s, paged)
     }
 
     /// `SELECT max(id) FROM t`
