@@ -33,7 +33,9 @@
 //! Inside: `statements` holds the SQL text of one table, built when the table
 //! is opened; `schema` creates tables and brings existing ones up to the
 //! record; `hot` keeps prepared statements across calls; `vtab` shows tables
-//! of other engines to SQL.
+//! of other engines to SQL. The external layer (`burrow-sql`) writes its
+//! statements with [`statements::TableNames`] and its SQLite columns and
+//! indexes with [`schema`], so each is written once for both engines.
 
 mod hot;
 mod options;
