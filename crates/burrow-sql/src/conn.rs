@@ -103,6 +103,15 @@ impl From<DbError> for QueryError {
     }
 }
 
+/// The Burrow error of a failed query on `table` (if known): the database's,
+/// or the one the row callback returned.
+pub fn q_err(e: QueryError, table: Option<&Table>) -> Error {
+    match e {
+        QueryError::Db(d) => d.into_error(crate::ENGINE, table),
+        QueryError::Out(e) => e,
+    }
+}
+
 /// One row of a result, as the database returned it (before the engine turns
 /// each value into its field's typed value).
 pub trait RawRow {

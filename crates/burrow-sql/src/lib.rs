@@ -20,15 +20,19 @@
 //! Inside: `conn` is what the engine asks of a connection; `pg`, `my` and
 //! `lite` are the three drivers (each behind its cargo feature); `pool` lends
 //! connections, for one call or for a transaction's whole life; `schema`
-//! creates or maps tables; `table` holds each table's statements; `engine` is
-//! the `Storage` implementation with its array-bound and multi-row batches;
-//! `rows` writes each row call once, for the engine's own calls and for
-//! `tx`, the transaction handle.
+//! creates or maps tables; `table` holds each table's statements; `dialect`
+//! says how each database differs; `engine` is the `Storage` implementation
+//! and `server` what it learns from the server; `rows` writes each row call
+//! once, for the engine's own calls and for `tx`, the transaction handle;
+//! `writes` holds the single-row writes, `batch` the array-bound and
+//! multi-row batches, and `values` the conversion of values to and from
+//! their columns.
 //! `docs/external.md` explains the choices and the measured gains.
 #![forbid(unsafe_code)]
 // Parts used by one driver only are dead when its feature is off.
 #![cfg_attr(not(all(feature = "postgres", feature = "mysql")), allow(dead_code))]
 
+mod batch;
 mod conn;
 mod dialect;
 mod engine;
@@ -44,8 +48,11 @@ mod pgtls;
 mod pool;
 mod rows;
 mod schema;
+mod server;
 mod table;
 mod tx;
+mod values;
+mod writes;
 
 pub use dialect::{DateTimeStorage, Dialect};
 pub use engine::SqlEngine;

@@ -14,7 +14,7 @@ use rusqlite::types::ValueRef as SqlValue;
 use rusqlite::Connection;
 
 use crate::conn::{Conn, DbError, DbErrorKind, QueryError, RawRow, RowFn};
-use crate::options::{is_sqlite_memory, sqlite_path, url_query};
+use crate::options::{is_sqlite_memory, sqlite_path, url_query, SqlOptions};
 
 /// What the engine configures on every new connection.
 pub struct LiteSetup {
@@ -24,9 +24,12 @@ pub struct LiteSetup {
 }
 
 impl LiteSetup {
-    /// Reads the path and the pragmas of a `sqlite:` URL; `busy`: how long a
-    /// statement waits for another connection's lock.
-    pub fn new(url: &str, busy: Duration) -> Result<Self> {
+    /// Reads the path and the pragmas of a `sqlite:` URL. A statement waits
+    /// for another connection's lock up to the statement timeout, or else the
+    /// lock timeout.
+    pub fn new(o: &SqlOptions) -> Result<Self> {
+        let url = o.url.as_str();
+        let busy = o.statement_timeout.unwrap_or(o.lock_timeout);
         let path = (!is_sqlite_memory(url)).then(|| sqlite_path(url).to_owned());
         let mut pragmas = String::new();
         for (k, v) in url_query(url) {

@@ -16,6 +16,7 @@ use mysql::prelude::Queryable;
 use mysql::{Opts, OptsBuilder, Params, Value};
 
 use crate::conn::{Conn, DbError, DbErrorKind, QueryError, RawRow, RowFn};
+use crate::options::SqlOptions;
 
 /// What the engine configures on every new connection.
 pub struct MySetup {
@@ -25,15 +26,10 @@ pub struct MySetup {
 
 impl MySetup {
     /// Parses the URL (`mysql://` or `mariadb://`) and applies the options.
-    pub fn new(
-        url: &str,
-        connect_timeout: Duration,
-        schema: Option<String>,
-        statement_timeout: Option<Duration>,
-    ) -> Result<Self> {
-        let url = match url.split_once("://") {
+    pub fn new(o: &SqlOptions) -> Result<Self> {
+        let url = match o.url.split_once("://") {
             Some((s, rest)) if s.eq_ignore_ascii_case("mariadb") => format!("mysql://{rest}"),
-            _ => url.to_owned(),
+            _ => o.url.clone(),
         };
         let opts =
             Opts::from_url(&url).map_err(|e| Error::BadInput(format!("bad MySQL URL: {e}")))?;
@@ -44,20 +40,20 @@ impl MySetup {
             "SET SESSION time_zone = '+00:00'".to_owned(),
         ];
         let mut b = OptsBuilder::from_opts(opts)
-            .tcp_connect_timeout(Some(connect_timeout))
+            .tcp_connect_timeout(Some(o.connect_timeout))
             .stmt_cache_size(512)
             .additional_capabilities(CapabilityFlags::CLIENT_FOUND_ROWS);
-        if let Some(t) = statement_timeout {
+        if let Some(t) = o.statement_timeout {
             // A socket read timeout is the backstop; MariaDB's own limit is
             // set on each new connection (MySQL lacks it).
             b = b.read_timeout(Some(t + Duration::from_secs(5)));
         }
-        if let Some(db) = schema {
+        if let Some(db) = &o.schema {
             b = b.db_name(Some(db));
         }
         Ok(MySetup {
             opts: b.init(init).into(),
-            statement_timeout,
+            statement_timeout: o.statement_timeout,
         })
     }
 

@@ -26,6 +26,7 @@ use tokio_postgres::types::{FromSql, IsNull, Kind, ToSql, Type};
 use tokio_postgres::{Client, Config, NoTls, Row, Statement};
 
 use crate::conn::{Conn, DbError, DbErrorKind, QueryError, RawRow, RowFn};
+use crate::options::SqlOptions;
 
 /// Prepared statements kept per connection before the cache is cleared.
 const STATEMENT_CACHE: usize = 512;
@@ -44,18 +45,13 @@ pub struct PgSetup {
 
 impl PgSetup {
     /// Parses the URL and applies the options.
-    pub fn new(
-        url: &str,
-        connect_timeout: Duration,
-        schema: Option<String>,
-        statement_timeout: Option<Duration>,
-    ) -> Result<Self> {
-        let tls = crate::pgtls::TlsSettings::from_url(url)?;
+    pub fn new(o: &SqlOptions) -> Result<Self> {
+        let tls = crate::pgtls::TlsSettings::from_url(&o.url)?;
         let mut config: Config = tls
             .url
             .parse()
             .map_err(|e| Error::BadInput(format!("bad PostgreSQL URL: {e}")))?;
-        config.connect_timeout(connect_timeout);
+        config.connect_timeout(o.connect_timeout);
         config.ssl_mode(tls.driver_mode());
         if config.get_application_name().is_none() {
             config.application_name("burrow");
@@ -75,8 +71,8 @@ impl PgSetup {
         }
         Ok(PgSetup {
             config,
-            schema,
-            statement_timeout,
+            schema: o.schema.clone(),
+            statement_timeout: o.statement_timeout,
             #[cfg(feature = "tls")]
             tls: crate::pgtls::connector(&tls)?,
         })

@@ -8,10 +8,12 @@ use burrow_core::{
     ValueRef,
 };
 
-use crate::conn::{query_i64, Conn, QueryError};
+use crate::batch::Batch;
+use crate::conn::{q_err, query_i64, Conn, QueryError};
 use crate::dialect::SqlText;
-use crate::engine::{filter_params, page_params, q_err, typed, SqlEngine, TypedRow};
-use crate::ENGINE;
+use crate::engine::SqlEngine;
+use crate::values::{filter_params, page_params, typed, TypedRow};
+use crate::{writes, ENGINE};
 
 /// Where the statements of a row call run.
 pub(crate) trait Session {
@@ -36,9 +38,8 @@ pub(crate) fn insert(
     id: Option<i64>,
     row: &dyn Fields,
 ) -> Result<i64> {
-    let e = s.engine();
-    let t = e.table(table)?;
-    s.write(|conn, guard| e.insert_on(conn, guard, &t, id, row))
+    let t = s.engine().table(table)?;
+    s.write(|conn, guard| writes::insert(conn, guard, &t, id, row))
 }
 
 pub(crate) fn update(
@@ -47,15 +48,13 @@ pub(crate) fn update(
     row: &dyn Fields,
     fields: Option<&[usize]>,
 ) -> Result<bool> {
-    let e = s.engine();
-    let t = e.table(table)?;
-    s.write(|conn, guard| e.update_on(conn, guard, &t, row, fields))
+    let t = s.engine().table(table)?;
+    s.write(|conn, guard| writes::update(conn, guard, &t, row, fields))
 }
 
 pub(crate) fn delete(s: &impl Session, table: &'static Table, id: i64) -> Result<bool> {
-    let e = s.engine();
-    let t = e.table(table)?;
-    s.write(|conn, guard| e.delete_on(conn, guard, &t, id))
+    let t = s.engine().table(table)?;
+    s.write(|conn, guard| writes::delete(conn, guard, &t, id))
 }
 
 pub(crate) fn delete_where(
@@ -65,7 +64,7 @@ pub(crate) fn delete_where(
 ) -> Result<u64> {
     let t = s.engine().table(table)?;
     let mut sql = SqlText::new(t.dialect, "DELETE FROM ");
-    sql.push(&t.name);
+    sql.push(&t.names.table);
     t.write_where(&mut sql, filter);
     let mut p = Vec::with_capacity(filter.params.len());
     filter_params(&t, filter, &mut p);
@@ -120,7 +119,7 @@ pub(crate) fn select(
 pub(crate) fn count(s: &impl Session, table: &'static Table, filter: &Filter) -> Result<u64> {
     let t = s.engine().table(table)?;
     let mut sql = SqlText::new(t.dialect, "SELECT count(*) FROM ");
-    sql.push(&t.name);
+    sql.push(&t.names.table);
     t.write_where(&mut sql, filter);
     let mut p = Vec::with_capacity(filter.params.len());
     filter_params(&t, filter, &mut p);
@@ -159,8 +158,17 @@ pub(crate) fn apply_batch(
     results: &mut Vec<BatchResult>,
     stop_on_error: bool,
 ) -> Result<()> {
-    let e = s.engine();
-    s.write(|conn, guard| e.apply_on(conn, guard, items, results, stop_on_error))
+    let engine = s.engine();
+    s.write(|conn, guard| {
+        Batch {
+            engine,
+            conn,
+            guard,
+            results,
+            stop_on_error,
+        }
+        .apply(items)
+    })
 }
 
 /// A statement of the caller's own; returns the rows it changed.

@@ -7,8 +7,10 @@
 //! type that cannot hold the field is a [`Error::Schema`] naming both.
 
 use burrow_core::{Error, FieldKind, Result, Table, ValueRef};
+use burrow_sqlite::schema::{index_ddl, index_error};
+use burrow_sqlite::statements::TableNames;
 
-use crate::conn::{Conn, QueryError};
+use crate::conn::{q_err, Conn};
 use crate::dialect::{Dialect, Enc};
 use crate::options::SqlOptions;
 use crate::table::TableSql;
@@ -97,59 +99,33 @@ fn enc_for(kind: FieldKind, fam: Family) -> Option<Enc> {
     })
 }
 
-fn q_err(e: QueryError, table: &Table) -> Error {
-    match e {
-        QueryError::Db(d) => d.into_error(ENGINE, Some(table)),
-        QueryError::Out(e) => e,
-    }
-}
-
 fn columns(conn: &mut dyn Conn, d: Dialect, db_name: &str, table: &Table) -> Result<Vec<ColInfo>> {
-    let sql = match d {
-        Dialect::Postgres => {
-            "SELECT column_name::text, udt_name::text FROM information_schema.columns \
-             WHERE table_schema = current_schema() AND table_name = $1 ORDER BY ordinal_position"
-        }
-        Dialect::MySql => {
-            "SELECT COLUMN_NAME, DATA_TYPE FROM information_schema.COLUMNS \
-             WHERE TABLE_SCHEMA = DATABASE() AND TABLE_NAME = ? ORDER BY ORDINAL_POSITION"
-        }
-        Dialect::Sqlite => "SELECT name, type FROM pragma_table_info(?)",
-    };
     let mut out = Vec::new();
-    conn.query(sql, &[ValueRef::Text(db_name.into())], false, &mut |row| {
-        let text = |i: usize| -> Result<String> {
-            match row.value(i)? {
-                ValueRef::Text(t) => Ok(t.into_owned()),
-                ValueRef::Blob(b) => Ok(String::from_utf8_lossy(b).into_owned()),
-                ValueRef::Null => Ok(String::new()),
-                other => Err(Error::engine(
-                    ENGINE,
-                    format!("catalog gave {}", other.type_name()),
-                )),
-            }
-        };
-        out.push(ColInfo {
-            name: text(0)?,
-            ty: text(1)?.to_ascii_lowercase(),
-        });
-        Ok(())
-    })
-    .map_err(|e| q_err(e, table))?;
+    conn.query(
+        d.columns_sql(),
+        &[ValueRef::Text(db_name.into())],
+        false,
+        &mut |row| {
+            let text = |i: usize| -> Result<String> {
+                match row.value(i)? {
+                    ValueRef::Text(t) => Ok(t.into_owned()),
+                    ValueRef::Blob(b) => Ok(String::from_utf8_lossy(b).into_owned()),
+                    ValueRef::Null => Ok(String::new()),
+                    other => Err(Error::engine(
+                        ENGINE,
+                        format!("catalog gave {}", other.type_name()),
+                    )),
+                }
+            };
+            out.push(ColInfo {
+                name: text(0)?,
+                ty: text(1)?.to_ascii_lowercase(),
+            });
+            Ok(())
+        },
+    )
+    .map_err(|e| q_err(e, Some(table)))?;
     Ok(out)
-}
-
-/// An index name within every dialect's length limit.
-fn index_name(db_name: &str, column: &str, unique: bool) -> String {
-    let mut s = format!("{db_name}_{column}_{}", if unique { "uq" } else { "ix" });
-    if s.len() > 60 {
-        let mut cut = 60;
-        while !s.is_char_boundary(cut) {
-            cut -= 1;
-        }
-        s.truncate(cut);
-    }
-    s
 }
 
 /// Creates `table` with its indexes, or maps it onto the existing table and
@@ -157,16 +133,9 @@ fn index_name(db_name: &str, column: &str, unique: bool) -> String {
 /// transaction (tables are set up on the engine, never inside a unit of work).
 pub fn ensure(conn: &mut dyn Conn, opts: &SqlOptions, table: &'static Table) -> Result<TableSql> {
     let d = opts.dialect;
-    // PostgreSQL and SQLite run DDL inside a transaction: all or nothing.
-    // MySQL commits each DDL statement by itself anyway.
-    let own_tx = d != Dialect::MySql;
+    let own_tx = d.transactional_ddl();
     if own_tx {
-        let begin = if d == Dialect::Sqlite {
-            "BEGIN IMMEDIATE"
-        } else {
-            "BEGIN"
-        };
-        conn.simple(begin)
+        conn.simple(d.begin_verb())
             .map_err(|e| e.into_error(ENGINE, Some(table)))?;
     }
     let r = ensure_in_tx(conn, opts, table);
@@ -217,12 +186,8 @@ fn ensure_in_tx(conn: &mut dyn Conn, opts: &SqlOptions, table: &'static Table) -
         for (i, f) in table.fields.iter().enumerate() {
             let enc = d.encoding(f.kind, opts.datetimes);
             ddl.push_str(", ");
-            ddl.push_str(&d.quoted(&col_names[i]));
-            ddl.push(' ');
-            ddl.push_str(d.column_type(f.kind, enc, keyed(i)));
-            if !f.nullable {
-                ddl.push_str(" NOT NULL");
-            }
+            d.quote(&mut ddl, &col_names[i]);
+            d.write_column_def(&mut ddl, f.kind, enc, keyed(i), f.nullable, false);
             encs.push(enc);
         }
         ddl.push(')');
@@ -264,15 +229,9 @@ fn ensure_in_tx(conn: &mut dyn Conn, opts: &SqlOptions, table: &'static Table) -
                 }
                 None => {
                     let enc = d.encoding(f.kind, opts.datetimes);
-                    let mut ddl = format!(
-                        "ALTER TABLE {qname} ADD COLUMN {} {}",
-                        d.quoted(&col_names[i]),
-                        d.column_type(f.kind, enc, keyed(i))
-                    );
-                    if !f.nullable {
-                        ddl.push_str(" NOT NULL DEFAULT ");
-                        ddl.push_str(d.column_default(f.kind, enc));
-                    }
+                    let mut ddl = format!("ALTER TABLE {qname} ADD COLUMN ");
+                    d.quote(&mut ddl, &col_names[i]);
+                    d.write_column_def(&mut ddl, f.kind, enc, keyed(i), f.nullable, true);
                     conn.simple(&ddl)
                         .map_err(|e| e.into_error(ENGINE, Some(table)))?;
                     encs.push(enc);
@@ -294,21 +253,9 @@ fn ensure_in_tx(conn: &mut dyn Conn, opts: &SqlOptions, table: &'static Table) -
                 col.push_str("(255)");
             }
         }
-        let ddl = format!(
-            "CREATE {}INDEX IF NOT EXISTS {} ON {qname} ({col})",
-            if f.unique { "UNIQUE " } else { "" },
-            d.quoted(&index_name(&db_name, &col_names[i], f.unique))
-        );
-        conn.simple(&ddl).map_err(|e| {
-            if f.unique {
-                Error::Schema(format!(
-                    "cannot make {}.{} unique: {e} (the stored rows hold duplicates)",
-                    table.name, f.name
-                ))
-            } else {
-                e.into_error(ENGINE, Some(table))
-            }
-        })?;
+        let index = d.quoted(&d.index_name(&db_name, &col_names[i], f.unique));
+        conn.simple(&index_ddl(&qname, &index, &col, f.unique))
+            .map_err(|e| index_error(table, f, e, |e| e.into_error(ENGINE, Some(table))))?;
     }
     let mut pg_types = Vec::new();
     let mut sequence = None;
@@ -345,7 +292,7 @@ fn ensure_in_tx(conn: &mut dyn Conn, opts: &SqlOptions, table: &'static Table) -
                 Ok(())
             },
         )
-        .map_err(|e| q_err(e, table))?;
+        .map_err(|e| q_err(e, Some(table)))?;
         sequence = Some(seq.ok_or_else(|| {
             Error::Schema(format!(
                 "the ID column {db_name}.{id_col} has no sequence: make it an identity \
@@ -354,7 +301,11 @@ fn ensure_in_tx(conn: &mut dyn Conn, opts: &SqlOptions, table: &'static Table) -
             ))
         })?);
     }
-    Ok(TableSql::new(
-        table, d, &db_name, &id_col, &col_names, encs, pg_types, sequence,
-    ))
+    let names = TableNames {
+        table: qname,
+        id: d.quoted(&id_col),
+        columns: col_names.iter().map(|c| d.quoted(c)).collect(),
+        numbered: d.numbered_params(),
+    };
+    Ok(TableSql::new(table, d, names, encs, pg_types, sequence))
 }

@@ -5,19 +5,16 @@ use std::collections::HashMap;
 use std::sync::{Arc, Mutex, PoisonError};
 
 use burrow_core::{Column, FieldKind, Select, Table};
+use burrow_sqlite::statements::TableNames;
 
-use crate::dialect::{write_where, Dialect, Enc, SqlText};
+use crate::dialect::{write_where, Dialect, Enc, SqlText, Style};
 
 /// The statements and storage of one table.
 pub struct TableSql {
     pub table: &'static Table,
     pub dialect: Dialect,
-    /// The quoted table name.
-    pub name: String,
-    /// The quoted ID column.
-    pub id: String,
-    /// The quoted column of each field.
-    pub cols: Vec<String>,
+    /// The quoted names of the table, its ID and its columns.
+    pub names: TableNames,
     /// How each field is stored.
     pub encs: Vec<Enc>,
     /// PostgreSQL: the element type of each column, ID first, for array casts.
@@ -44,108 +41,39 @@ pub struct TableSql {
     bulk: Mutex<HashMap<usize, Arc<str>>>,
 }
 
-fn placeholders(d: Dialect, from: usize, n: usize) -> String {
-    let mut s = String::new();
-    for i in 0..n {
-        if i > 0 {
-            s.push(',');
-        }
-        match d {
-            Dialect::Postgres => {
-                s.push('$');
-                s.push_str(&(from + i).to_string());
-            }
-            _ => s.push('?'),
-        }
-    }
-    s
-}
-
 impl TableSql {
-    /// Builds the statements of `table` stored in `db_name`, its ID in
-    /// `id_col` and each field in `columns` with `encs`.
-    #[allow(clippy::too_many_arguments)]
+    /// Builds the statements of `table` stored under `names`, each field
+    /// with `encs`.
     pub fn new(
         table: &'static Table,
         dialect: Dialect,
-        db_name: &str,
-        id_col: &str,
-        columns: &[String],
+        names: TableNames,
         encs: Vec<Enc>,
         pg_types: Vec<String>,
         sequence: Option<String>,
     ) -> Self {
-        let q = |s: &str| dialect.quoted(s);
-        let name = q(db_name);
-        let id = q(id_col);
-        let cols: Vec<String> = columns.iter().map(|c| q(c)).collect();
-        let n = cols.len();
-        let select = if n == 0 {
-            format!("SELECT {id} FROM {name}")
-        } else {
-            format!("SELECT {id},{} FROM {name}", cols.join(","))
-        };
-        let select_by_id = format!("{select} WHERE {id}={}", placeholders(dialect, 1, 1));
-        let insert = match (dialect, n) {
-            (Dialect::Postgres, 0) => format!("INSERT INTO {name} DEFAULT VALUES RETURNING {id}"),
-            (Dialect::Postgres, _) => format!(
-                "INSERT INTO {name} ({}) VALUES ({}) RETURNING {id}",
-                cols.join(","),
-                placeholders(dialect, 1, n)
+        let insert = match (dialect.insert_returns_id(), names.columns.len()) {
+            (true, 0) => format!(
+                "INSERT INTO {} DEFAULT VALUES RETURNING {}",
+                names.table, names.id
             ),
-            (Dialect::MySql, 0) => format!("INSERT INTO {name} () VALUES ()"),
-            (_, 0) => format!("INSERT INTO {name} DEFAULT VALUES"),
-            _ => format!(
-                "INSERT INTO {name} ({}) VALUES ({})",
-                cols.join(","),
-                placeholders(dialect, 1, n)
-            ),
+            (true, _) => format!("{} RETURNING {}", names.insert_rows(1), names.id),
+            (false, _) => names.insert_rows(1),
         };
-        let mut all = vec![id.clone()];
-        all.extend(cols.iter().cloned());
-        let insert_with_id = format!(
-            "INSERT INTO {name} ({}) VALUES ({})",
-            all.join(","),
-            placeholders(dialect, 1, n + 1)
-        );
-        let update_all = if n == 0 {
-            format!(
-                "UPDATE {name} SET {id}={id} WHERE {id}={}",
-                placeholders(dialect, 1, 1)
-            )
-        } else {
-            let sets: Vec<String> = cols
-                .iter()
-                .enumerate()
-                .map(|(i, c)| format!("{c}={}", placeholders(dialect, i + 1, 1)))
-                .collect();
-            format!(
-                "UPDATE {name} SET {} WHERE {id}={}",
-                sets.join(","),
-                placeholders(dialect, n + 1, 1)
-            )
-        };
-        let delete = format!(
-            "DELETE FROM {name} WHERE {id}={}",
-            placeholders(dialect, 1, 1)
-        );
-        let max_id = format!("SELECT max({id}) FROM {name}");
         TableSql {
-            max_id,
             table,
             dialect,
-            name,
-            id,
-            cols,
             encs,
             pg_types,
             sequence,
-            select,
-            select_by_id,
+            select: names.select(),
+            select_by_id: names.select_by_id(),
             insert,
-            insert_with_id,
-            update_all,
-            delete,
+            insert_with_id: names.insert_with_id(),
+            update_all: names.update_all(),
+            delete: names.delete(),
+            max_id: names.max_id(),
+            names,
             update_some: Mutex::new(HashMap::new()),
             bulk: Mutex::new(HashMap::new()),
         }
@@ -169,10 +97,7 @@ impl TableSql {
 
     /// Appends a column's quoted name.
     pub fn write_column(&self, c: Column, out: &mut String) {
-        match c {
-            Column::Id => out.push_str(&self.id),
-            Column::Field(i) => out.push_str(&self.cols[i]),
-        }
+        self.names.write_column(c, out)
     }
 
     /// `UPDATE t SET listed cols WHERE id = ?`, built once per distinct list.
@@ -182,24 +107,7 @@ impl TableSql {
             .lock()
             .unwrap_or_else(PoisonError::into_inner);
         m.entry(fields.to_vec())
-            .or_insert_with(|| {
-                let mut s = SqlText::new(self.dialect, "UPDATE ");
-                s.push(&self.name);
-                s.push(" SET ");
-                for (n, &i) in fields.iter().enumerate() {
-                    if n > 0 {
-                        s.push(",");
-                    }
-                    s.push(&self.cols[i]);
-                    s.push("=");
-                    s.param();
-                }
-                s.push(" WHERE ");
-                s.push(&self.id);
-                s.push("=");
-                s.param();
-                s.text.into()
-            })
+            .or_insert_with(|| self.names.update_some(fields).into())
             .clone()
     }
 
@@ -211,78 +119,60 @@ impl TableSql {
             m.clear();
         }
         m.entry(rows)
-            .or_insert_with(|| {
-                let n = self.cols.len();
-                let mut s = format!("INSERT INTO {} ", self.name);
-                if n == 0 {
-                    s.push_str(&format!("({}) VALUES ", self.id));
-                    for r in 0..rows {
-                        s.push_str(if r == 0 { "(NULL)" } else { ",(NULL)" });
-                    }
-                    return s.into();
-                }
-                s.push_str(&format!("({}) VALUES ", self.cols.join(",")));
-                let group = format!("({})", vec!["?"; n].join(","));
-                for r in 0..rows {
-                    if r > 0 {
-                        s.push(',');
-                    }
-                    s.push_str(&group);
-                }
-                s.into()
-            })
+            .or_insert_with(|| self.names.insert_rows(rows).into())
             .clone()
     }
 
-    /// PostgreSQL: `INSERT … SELECT * FROM UNNEST($1::int8[], …)`, the ID
-    /// and every field bound as one array each.
-    pub fn pg_unnest_insert(&self) -> String {
-        let mut all = vec![self.id.clone()];
-        all.extend(self.cols.iter().cloned());
+    /// PostgreSQL: `$1::int8[],$2::text[],…`, one typed array parameter per
+    /// column, ID first.
+    fn pg_arrays(&self) -> String {
         let arrays: Vec<String> = self
             .pg_types
             .iter()
             .enumerate()
             .map(|(i, t)| format!("${}::{}[]", i + 1, t))
             .collect();
+        arrays.join(",")
+    }
+
+    /// PostgreSQL: `INSERT … SELECT * FROM UNNEST($1::int8[], …)`, the ID
+    /// and every field bound as one array each.
+    pub fn pg_unnest_insert(&self) -> String {
+        let mut all = vec![self.names.id.clone()];
+        all.extend(self.names.columns.iter().cloned());
+        let arrays = self.pg_arrays();
         format!(
-            "INSERT INTO {} ({}) SELECT * FROM UNNEST({})",
-            self.name,
-            all.join(","),
-            arrays.join(",")
+            "INSERT INTO {} ({}) SELECT * FROM UNNEST({arrays})",
+            self.names.table,
+            all.join(",")
         )
     }
 
     /// PostgreSQL: every field of many rows updated from arrays in one
     /// statement; returns the IDs found.
     pub fn pg_unnest_update(&self) -> String {
-        let arrays: Vec<String> = self
-            .pg_types
-            .iter()
-            .enumerate()
-            .map(|(i, t)| format!("${}::{}[]", i + 1, t))
-            .collect();
+        let arrays = self.pg_arrays();
         let names: Vec<String> = (0..self.pg_types.len())
             .map(|i| if i == 0 { "k".into() } else { format!("v{i}") })
             .collect();
         let sets: Vec<String> = self
-            .cols
+            .names
+            .columns
             .iter()
             .enumerate()
             .map(|(i, c)| format!("{c}=u.v{}", i + 1))
             .collect();
         let sets = if sets.is_empty() {
-            format!("{0}={0}", self.id)
+            format!("{0}={0}", self.names.id)
         } else {
             sets.join(",")
         };
         format!(
-            "UPDATE {} AS x SET {sets} FROM UNNEST({}) AS u({}) WHERE x.{}=u.k RETURNING x.{}",
-            self.name,
-            arrays.join(","),
+            "UPDATE {} AS x SET {sets} FROM UNNEST({arrays}) AS u({}) WHERE x.{}=u.k RETURNING x.{}",
+            self.names.table,
             names.join(","),
-            self.id,
-            self.id
+            self.names.id,
+            self.names.id
         )
     }
 
@@ -292,14 +182,14 @@ impl TableSql {
         match self.dialect {
             Dialect::Postgres => format!(
                 "DELETE FROM {} WHERE {}=ANY($1::int8[]) RETURNING {}",
-                self.name, self.id, self.id
+                self.names.table, self.names.id, self.names.id
             ),
             _ => format!(
                 "DELETE FROM {} WHERE {} IN ({}) RETURNING {}",
-                self.name,
-                self.id,
+                self.names.table,
+                self.names.id,
                 vec!["?"; n].join(","),
-                self.id
+                self.names.id
             ),
         }
     }
@@ -308,37 +198,15 @@ impl TableSql {
     /// limit and offset of `select`; returns whether LIMIT and OFFSET follow
     /// the filter's parameters.
     pub fn select_sql(&self, what: Option<Column>, select: &Select) -> (String, bool) {
-        let mut s = match what {
-            None => SqlText::new(self.dialect, &self.select),
-            Some(c) => {
-                let mut s = SqlText::new(self.dialect, "SELECT ");
-                self.write_column(c, &mut s.text);
-                s.push(" FROM ");
-                s.push(&self.name);
-                s
-            }
+        let mut params = 0;
+        let mut style = Style {
+            dialect: self.dialect,
+            params: &mut params,
+            col: &|c, out| self.names.write_column(c, out),
         };
-        self.write_where(&mut s, &select.filter);
-        for (n, (c, desc)) in select.order.iter().enumerate() {
-            s.push(if n == 0 { " ORDER BY " } else { "," });
-            self.write_column(*c, &mut s.text);
-            if *desc {
-                s.push(" DESC");
-            }
-            // NULLs sort first, as in SQLite and MySQL.
-            let nullable = matches!(c, Column::Field(i) if self.table.fields[*i].nullable);
-            if self.dialect == Dialect::Postgres && nullable {
-                s.push(if *desc { " NULLS LAST" } else { " NULLS FIRST" });
-            }
-        }
-        let paged = select.limit.is_some() || select.offset > 0;
-        if paged {
-            s.push(" LIMIT ");
-            s.param();
-            s.push(" OFFSET ");
-            s.param();
-        }
-        (s.text, paged)
+        let nulls = self.dialect.sorts_nulls_last().then_some(self.table);
+        self.names
+            .select_sql(&self.select, what, select, &mut style, nulls)
     }
 
     /// Appends ` WHERE …` for `filter`.

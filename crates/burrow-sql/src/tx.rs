@@ -29,7 +29,7 @@ pub struct SqlTx {
 impl SqlTx {
     pub(crate) fn begin(engine: Arc<SqlEngine>) -> Result<SqlTx> {
         let mut p = engine.pool.take()?;
-        if let Err(e) = p.conn.simple(engine.begin_verb()) {
+        if let Err(e) = p.conn.simple(engine.dialect().begin_verb()) {
             // Whether BEGIN took effect is unknown: keep the connection only
             // if a rollback puts it back to a known state.
             if p.conn.simple("ROLLBACK").is_ok() {

@@ -43,6 +43,7 @@ external!(
     two_engines_share_one_database,
     virtual_table_through_sqlite,
     killed_connection_mid_batch,
+    record_of_no_fields,
 );
 
 fn client(db: &Db) -> Result<(Arc<SqlEngine>, Client), Box<dyn std::error::Error>> {
@@ -1020,5 +1021,36 @@ fn killed_connection_mid_batch(db: &Db) -> TestResult {
     let mut after = Sample::new("after-kill", 1, "1");
     c.add(&mut after)?;
     assert_eq!(c.count::<Sample>("", &[])?, 6);
+    Ok(())
+}
+
+/// A record that is only its ID: its INSERT names the ID column alone (as
+/// `(ID) VALUES (NULL)`, or PostgreSQL's `DEFAULT VALUES`) and its UPDATE
+/// sets the ID to itself.
+#[derive(Record, Debug, Clone, PartialEq, Default)]
+#[burrow(crate = "burrow_core", table = "Bare")]
+struct Bare {
+    id: i64,
+}
+
+fn record_of_no_fields(db: &Db) -> TestResult {
+    let c = Client::open(Model::new().with::<Bare>(), db.engine()?)?;
+    let (mut a, mut b) = (Bare::default(), Bare::default());
+    c.add(&mut a)?;
+    c.add(&mut b)?;
+    assert!(a.id > 0 && b.id > a.id);
+    c.update(&mut a)?;
+    let mut batch = Batch::new();
+    batch.add_all((0..3).map(|_| Bare::default()));
+    let ids: Vec<i64> = c
+        .send(&mut batch)?
+        .iter()
+        .map(|r| r.id().ok_or("failed"))
+        .collect::<Result<_, _>>()?;
+    assert_eq!(ids.len(), 3);
+    assert!(ids[0] > b.id && ids[1] > ids[0] && ids[2] > ids[1]);
+    assert_eq!(c.count::<Bare>("", &[])?, 5);
+    assert!(c.delete::<Bare>(a.id)?);
+    assert_eq!(c.retrieve::<Bare>(b.id)?, b);
     Ok(())
 }

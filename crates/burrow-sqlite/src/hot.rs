@@ -11,7 +11,7 @@ use std::collections::HashMap;
 
 use rusqlite::{Connection, Statement};
 
-use crate::sql::TableSql;
+use crate::statements::TableSql;
 
 /// The kept statements of one table.
 ///

@@ -29,11 +29,18 @@
 //! created on open; a field added to a record becomes a column added to the
 //! table, existing rows getting the type's zero value; a column whose stored
 //! type disagrees with the record is a [`burrow_core::Error::Schema`].
+//!
+//! Inside: `statements` holds the SQL text of one table, built when the table
+//! is opened; `schema` creates tables and brings existing ones up to the
+//! record; `hot` keeps prepared statements across calls; `vtab` shows tables
+//! of other engines to SQL. The external layer (`burrow-sql`) writes its
+//! statements with [`statements::TableNames`] and its SQLite columns and
+//! indexes with [`schema`], so each is written once for both engines.
 
 mod hot;
 mod options;
-mod schema;
-mod sql;
+pub mod schema;
+pub mod statements;
 mod vtab;
 
 use std::sync::{Arc, Condvar, Mutex, MutexGuard, PoisonError};
@@ -53,7 +60,7 @@ pub use options::{LockingMode, SqliteOptions, Synchronous};
 pub use rusqlite;
 
 use hot::Hot;
-use sql::TableSql;
+use statements::TableSql;
 
 const ENGINE: &str = "sqlite";
 
@@ -467,7 +474,7 @@ impl Inner {
                     bind_rows(&mut hot[t].bulk_insert, chunk, nf, last_time)
                 }
                 (Some(_), Some(_)) => {
-                    match conn.prepare_cached(&sql::bulk_insert_sql(table, chunk.len())) {
+                    match conn.prepare_cached(&statements::bulk_insert_sql(table, chunk.len())) {
                         Ok(mut stmt) => bind_rows(&mut stmt, chunk, nf, last_time),
                         Err(e) => Err(e),
                     }
@@ -646,8 +653,8 @@ impl RowOps for At<'_> {
         let mut g = self.engine.lock(self.tx)?;
         g.table(table)?;
         let mut s = String::from("DELETE FROM ");
-        sql::quote(&mut s, table.name);
-        sql::write_where(table, filter, &mut s);
+        statements::quote(&mut s, table.name);
+        statements::write_where(table, filter, &mut s);
         let Inner {
             conn, last_time, ..
         } = &mut *g;
@@ -696,8 +703,8 @@ impl RowOps for At<'_> {
         let mut g = self.engine.lock(self.tx)?;
         g.table(table)?;
         let mut s = String::from("SELECT count(*) FROM ");
-        sql::quote(&mut s, table.name);
-        sql::write_where(table, filter, &mut s);
+        statements::quote(&mut s, table.name);
+        statements::write_where(table, filter, &mut s);
         let mut n = 0;
         g.query(&s, &filter.params, None, &mut |row| {
             n = row.get::<_, i64>(0).map_err(eng)? as u64;

@@ -47,7 +47,8 @@ use rusqlite::vtab::{
     VTabCursor, VTabKind,
 };
 
-use crate::sql::{column_type, quote};
+use crate::schema::column_type;
+use crate::statements::quote;
 
 /// The module's name in SQL (`USING burrow`).
 pub const MODULE: &str = "burrow";
