@@ -9,7 +9,7 @@ use std::time::Instant;
 use burrow::chrono::Utc;
 use burrow::memory::MemoryEngine;
 use burrow::sqlite::SqliteEngine;
-use burrow::{Batch, Client, Model, Orm, Storage};
+use burrow::{Batch, Database, Model, Orm, Storage};
 
 use crate::sample::{make_all, verify_read, Sample};
 
@@ -26,12 +26,12 @@ fn err(e: impl std::fmt::Display) -> String {
     e.to_string()
 }
 
-fn open(id: &str) -> Result<Client, String> {
+fn open(id: &str) -> Result<Database, String> {
     let engine: Arc<dyn Storage> = match id {
         "sqlite-mem" => Arc::new(SqliteEngine::memory().map_err(err)?),
         _ => Arc::new(MemoryEngine::new()),
     };
-    Client::open(Model::new().with::<Sample>(), engine).map_err(err)
+    Database::open(Model::new().with::<Sample>(), engine).map_err(err)
 }
 
 /// Objects per second, all threads together, for each of [`THREADS`] (best of

@@ -15,7 +15,7 @@ use std::sync::Arc;
 use burrow::chrono::{DateTime, NaiveDate, NaiveDateTime, Utc};
 use burrow::driver::datetime::{parse_date, parse_datetime};
 use burrow::sqlite::{SqliteEngine, Synchronous};
-use burrow::{Client, Currency, Model, Value};
+use burrow::{Currency, Database, Model, Value};
 use burrow_sql::mysql::prelude::Queryable;
 use burrow_sql::tokio_postgres::types::ToSql;
 use burrow_sql::SqlEngine;
@@ -144,7 +144,7 @@ impl Native for SqlNative {
 /// The ORM over `engine`, behind an in-memory SQLite main engine.
 fn orm_target(engine: Arc<SqlEngine>) -> Result<Box<dyn Target>, String> {
     let main = Arc::new(SqliteEngine::memory().map_err(err)?);
-    let client = Client::builder(Model::new().with::<Sample>())
+    let client = Database::builder(Model::new().with::<Sample>())
         .default_engine(main)
         .place::<Sample>(engine.clone())
         .open()

@@ -9,7 +9,7 @@ use std::time::Instant;
 use burrow::driver::{Filter, RowOps, Select};
 use burrow::memory::{MemoryEngine, MemoryOptions};
 use burrow::sqlite::SqliteEngine;
-use burrow::{Batch, Client, Model, Orm, Record};
+use burrow::{Batch, Database, Model, Orm, Record};
 
 use crate::sample::{make_all, Sample};
 use crate::targets::{EngineSpec, Mode, Native, OrmTarget, Stats, Target, UNCACHED_MODES};
@@ -79,7 +79,7 @@ pub fn memory_engines() -> Vec<EngineSpec> {
             orm: Box::new(|_: Option<&Path>| {
                 let engine = Arc::new(MemoryEngine::new());
                 let client =
-                    Client::open(Model::new().with::<Sample>(), engine.clone()).map_err(err)?;
+                    Database::open(Model::new().with::<Sample>(), engine.clone()).map_err(err)?;
                 Ok(Box::new(OrmTarget {
                     client,
                     native: Box::new(MemoryNative(engine)),
@@ -96,7 +96,7 @@ pub fn memory_engines() -> Vec<EngineSpec> {
             orm: Box::new(|_: Option<&Path>| {
                 let engine = Arc::new(MemoryEngine::new());
                 let main = Arc::new(SqliteEngine::memory().map_err(err)?);
-                let client = Client::builder(Model::new().with::<Sample>())
+                let client = Database::builder(Model::new().with::<Sample>())
                     .default_engine(main)
                     .place::<Sample>(engine.clone())
                     .open()
@@ -118,7 +118,7 @@ pub fn persistence(dir: &Path, n: usize) -> Result<(f64, f64, u64), String> {
     let model = || Model::new().with::<Sample>();
     let engine = Arc::new(MemoryEngine::open(MemoryOptions::file(&path)).map_err(err)?);
     {
-        let client = Client::open(model(), engine.clone()).map_err(err)?;
+        let client = Database::open(model(), engine.clone()).map_err(err)?;
         let mut batch = Batch::new();
         batch.add_all(make_all(n));
         client.send(&mut batch).map_err(err)?;
@@ -130,7 +130,7 @@ pub fn persistence(dir: &Path, n: usize) -> Result<(f64, f64, u64), String> {
     let size = std::fs::metadata(&path).map_err(err)?.len();
     let start = Instant::now();
     let loaded = Arc::new(MemoryEngine::open(MemoryOptions::file(&path)).map_err(err)?);
-    Client::open(model(), loaded.clone()).map_err(err)?;
+    Database::open(model(), loaded.clone()).map_err(err)?;
     let load = start.elapsed().as_secs_f64();
     let got = MemoryNative(loaded.clone()).stats()?;
     if got != want || got.count != n as i64 {

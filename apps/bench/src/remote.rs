@@ -1,7 +1,7 @@
 //! Remote over HTTP: the client ➜ loopback ➜ Burrow server ➜ in-memory SQLite.
 //!
 //! Each cell starts a fresh server on 127.0.0.1:0 over a fresh in-memory SQLite
-//! engine, and drives it through `RemoteEngine` behind the ordinary `Client`.
+//! engine, and drives it through `RemoteEngine` behind the ordinary `Database`.
 //! Checks read the server-side engine directly, outside the HTTP path.
 //!
 //! Writes and reads go through a client as `RemoteEngine::connect` makes it,
@@ -16,7 +16,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use burrow::sqlite::SqliteEngine;
-use burrow::{Client, Model, Orm, OrmCache};
+use burrow::{Database, Model, Orm, OrmCache};
 use burrow_http::{RemoteEngine, Server};
 
 use crate::sample::Sample;
@@ -47,7 +47,7 @@ impl Native for ServerSide {
 /// uncached reads), one with a cache (the Cached mode).
 struct RemoteTarget {
     plain: OrmTarget,
-    cached: Client,
+    cached: Database,
     // Dropped last: the clients' connections close before the server stops.
     _server: Server,
 }
@@ -96,7 +96,7 @@ impl Target for RemoteTarget {
 fn open_remote() -> Result<Box<dyn Target>, String> {
     let engine = Arc::new(SqliteEngine::memory().map_err(err)?);
     let hosted =
-        Arc::new(Client::open(Model::new().with::<Sample>(), engine.clone()).map_err(err)?);
+        Arc::new(Database::open(Model::new().with::<Sample>(), engine.clone()).map_err(err)?);
     let server = Server::builder(hosted, "root")
         .no_auth()
         .bind("127.0.0.1:0")
@@ -106,8 +106,8 @@ fn open_remote() -> Result<Box<dyn Target>, String> {
         .connect()
         .map_err(err)?;
     let cached =
-        Client::open(Model::new().with::<Sample>(), Arc::new(cached_engine)).map_err(err)?;
-    let plain = Client::open(
+        Database::open(Model::new().with::<Sample>(), Arc::new(cached_engine)).map_err(err)?;
+    let plain = Database::open(
         Model::new().with::<Sample>(),
         Arc::new(RemoteEngine::connect(&server.url()).map_err(err)?),
     )

@@ -10,7 +10,7 @@ use burrow::driver::datetime::{
 };
 use burrow::sqlite::rusqlite::{self, params, Connection};
 use burrow::sqlite::{SqliteEngine, SqliteOptions, Synchronous};
-use burrow::{Batch, Client, Currency, Model, Orm, Query};
+use burrow::{Batch, Currency, Database, Model, Orm, Query};
 
 use crate::sample::{Sample, RAW_DDL};
 
@@ -140,7 +140,7 @@ pub fn err(e: impl std::fmt::Display) -> String {
 
 /// Burrow's ORM over some engine, with that engine's native reads to verify.
 pub struct OrmTarget {
-    pub client: Client,
+    pub client: Database,
     pub native: Box<dyn Native>,
 }
 
@@ -450,7 +450,7 @@ pub fn sqlite_engines() -> Vec<EngineSpec> {
                     SqliteEngine::open(sqlite_options(path, sync, exclusive)).map_err(err)?,
                 );
                 let client =
-                    Client::open(Model::new().with::<Sample>(), engine.clone()).map_err(err)?;
+                    Database::open(Model::new().with::<Sample>(), engine.clone()).map_err(err)?;
                 Ok(Box::new(OrmTarget {
                     client,
                     native: Box::new(SqliteNative(engine)),

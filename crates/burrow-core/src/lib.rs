@@ -5,15 +5,15 @@
 //! - [`Record`], [`FieldType`], [`Fields`], [`Row`]: records and their per-field conversions.
 //! - [`Filter`], [`Query`], [`Select`]: WHERE clauses, checked and re-rendered, never spliced.
 //! - [`Storage`], [`RowOps`], [`EngineTx`], [`SqlHost`], [`Caps`]: what engines implement.
-//! - [`Orm`], [`Client`], [`Model`], [`Transaction`], [`Batch`]: the application's API.
+//! - [`Orm`], [`Database`], [`Model`], [`Transaction`], [`Batch`]: the application's API.
 //! - [`OrmCache`], [`CachedEngine`]: the ORM cache, rows by ID in front of any engine.
 //! - [`driver`]: helpers for engine authors.
 //! - [`Error`], [`ErrorKind`], [`Result`]: the one error type.
 
 mod batch;
 mod cache;
-mod client;
 mod currency;
+mod database;
 pub mod datetime;
 mod error;
 pub mod eval;
@@ -31,8 +31,8 @@ mod value;
 pub use batch::{Batch, BatchOptions};
 pub use cache::{CacheRule, CachedEngine, OrmCache};
 pub use chrono;
-pub use client::{Client, ClientBuilder, Model};
 pub use currency::{Currency, ParseCurrencyError, CURRENCY_SCALE};
+pub use database::{Database, DatabaseBuilder, Model};
 pub use error::{Error, ErrorKind, Result};
 pub use filter::{CmpOp, Expr, Filter, SqlStyle};
 pub use json::JsonDialect;

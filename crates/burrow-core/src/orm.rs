@@ -10,7 +10,7 @@ use crate::storage::{BatchItem, BatchResult, RowOps, SqlHost};
 use crate::value::{Params, Value};
 
 /// Typed reads and writes of records, and batches: what the in-process
-/// [`crate::Client`] and an open [`crate::Transaction`] both answer.
+/// [`crate::Database`] and an open [`crate::Transaction`] both answer.
 ///
 /// Implementors supply routing ([`Orm::route`], [`Orm::sql_host`]) and how a
 /// batch is committed ([`Orm::apply_items`]); every other method is provided
@@ -87,11 +87,7 @@ pub trait Orm {
     }
 
     /// The first `T` matching `where_text` (with `?` bound to `params`), if any.
-    fn retrieve_where<T: Record>(
-        &self,
-        where_text: &str,
-        params: impl Params,
-    ) -> Result<Option<T>> {
+    fn get_where<T: Record>(&self, where_text: &str, params: impl Params) -> Result<Option<T>> {
         let mut select =
             Select::filtered(Filter::parse(T::table(), where_text, params.as_values())?);
         select.limit = Some(1);

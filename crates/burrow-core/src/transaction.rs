@@ -10,7 +10,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
 use crate::batch::BatchOptions;
-use crate::client::Client;
+use crate::database::Database;
 use crate::error::{Error, Result};
 use crate::orm::Orm;
 use crate::schema::Table;
@@ -37,13 +37,13 @@ pub fn next_tx_token() -> u64 {
 /// The client a transaction routes through: borrowed, or shared so that the
 /// transaction can outlive the borrow.
 pub(crate) enum ClientRef<'a> {
-    Borrowed(&'a Client),
-    Shared(Arc<Client>),
+    Borrowed(&'a Database),
+    Shared(Arc<Database>),
 }
 
 impl Deref for ClientRef<'_> {
-    type Target = Client;
-    fn deref(&self) -> &Client {
+    type Target = Database;
+    fn deref(&self) -> &Database {
         match self {
             ClientRef::Borrowed(c) => c,
             ClientRef::Shared(c) => c,
@@ -51,7 +51,7 @@ impl Deref for ClientRef<'_> {
     }
 }
 
-/// An open transaction on every engine of a [`Client`]'s model.
+/// An open transaction on every engine of a [`Database`]'s model.
 ///
 /// Reads and writes go through it (it implements [`Orm`]) and see its own
 /// uncommitted writes; other callers see none of them until
@@ -99,7 +99,7 @@ impl<'a> Transaction<'a> {
     }
 
     /// The client this transaction runs on.
-    pub fn client(&self) -> &Client {
+    pub fn client(&self) -> &Database {
         &self.client
     }
 }

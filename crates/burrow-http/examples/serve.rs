@@ -6,7 +6,7 @@
 use std::sync::Arc;
 
 use burrow_core::chrono::{DateTime, NaiveDate, Utc};
-use burrow_core::{Batch, Client, Currency, Model, Orm};
+use burrow_core::{Batch, Currency, Database, Model, Orm};
 use burrow_derive::Record;
 use burrow_http::{Execution, Server};
 use burrow_sqlite::SqliteEngine;
@@ -36,7 +36,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         _ => Execution::Auto,
     };
     let engine = Arc::new(SqliteEngine::memory()?);
-    let client = Arc::new(Client::open(Model::new().with::<Sample>(), engine)?);
+    let client = Arc::new(Database::open(Model::new().with::<Sample>(), engine)?);
     let mut batch = Batch::new();
     batch.add_all((0..rows).map(|i| Sample {
         first_name: format!("Salvador{i}"),

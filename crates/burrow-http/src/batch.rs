@@ -10,7 +10,7 @@ use std::sync::Arc;
 use burrow_core::chrono::{DateTime, Utc};
 use burrow_core::driver::same_engine;
 use burrow_core::{
-    json, AutoTime, BatchItem, BatchOp, BatchOptions, BatchResult, Client, EngineTx, Error,
+    json, AutoTime, BatchItem, BatchOp, BatchOptions, BatchResult, Database, EngineTx, Error,
     FieldKind, Fields, Model, OwnedRow, Result, Storage, Table, Value, ValueRef,
 };
 
@@ -803,7 +803,7 @@ fn detach(part: Part<'_>, text: &str) -> Part<'static> {
 /// This thread applies, through the batch's own transaction.
 pub(crate) fn parse_and_run<'a, 'e>(
     parser: &crate::server::Worker,
-    client: &Arc<Client>,
+    client: &Arc<Database>,
     default: Option<&'static Table>,
     body: &'a Arc<Vec<u8>>,
     route: &Route<'e>,

@@ -1,19 +1,19 @@
-//! Burrow over HTTP: a server that hosts a [`burrow_core::Client`] and speaks
+//! Burrow over HTTP: a server that hosts a [`burrow_core::Database`] and speaks
 //! the mORMot REST protocol, and [`RemoteEngine`], the client side, which
 //! makes a remote server one more storage engine.
 //!
 //! ```no_run
 //! use std::sync::Arc;
-//! use burrow_core::{Client, Model, Orm};
+//! use burrow_core::{Database, Model, Orm};
 //! use burrow_http::{RemoteEngine, Server};
 //! # fn engine() -> Arc<dyn burrow_core::Storage> { unimplemented!() }
 //! # fn main() -> burrow_core::Result<()> {
 //! // The server: a model and its engines, at /root.
-//! let hosted = Arc::new(Client::open(Model::new(), engine())?);
+//! let hosted = Arc::new(Database::open(Model::new(), engine())?);
 //! let server = Server::builder(hosted, "root").no_auth().bind("127.0.0.1:0")?;
 //!
 //! // A client: the same Orm API, over HTTP.
-//! let remote = Client::open(Model::new(), Arc::new(RemoteEngine::connect(&server.url())?))?;
+//! let remote = Database::open(Model::new(), Arc::new(RemoteEngine::connect(&server.url())?))?;
 //! # Ok(())
 //! # }
 //! ```

@@ -50,7 +50,7 @@ use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, RwLock};
 use std::time::{Duration, Instant};
 
-use burrow_core::{Client, Error, OrmCache, Placement, Result, Transaction};
+use burrow_core::{Database, Error, OrmCache, Placement, Result, Transaction};
 
 use crate::auth::{Auth, Principal};
 use crate::rest::{self, RestRequest};
@@ -167,7 +167,7 @@ impl Drop for TxSlot {
 
 /// What every connection shares.
 pub(crate) struct Shared {
-    pub client: Arc<Client>,
+    pub client: Arc<Database>,
     pub root: String,
     pub auth: Option<Auth>,
     pub cache: OrmCache,
@@ -267,7 +267,7 @@ impl Handler for Rest {
 
 /// Configures a [`Server`]; see [`Server::builder`].
 pub struct ServerBuilder {
-    client: Arc<Client>,
+    client: Arc<Database>,
     root: String,
     auth: Option<Option<Auth>>,
     cache: OrmCache,
@@ -419,7 +419,7 @@ impl std::fmt::Debug for Server {
 
 impl Server {
     /// Serves `client` at `/{root}`.
-    pub fn builder(client: Arc<Client>, root: impl Into<String>) -> ServerBuilder {
+    pub fn builder(client: Arc<Database>, root: impl Into<String>) -> ServerBuilder {
         ServerBuilder {
             client,
             root: root.into().trim_matches('/').to_owned(),

@@ -7,7 +7,7 @@
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use burrow_core::{Client, Model};
+use burrow_core::{Database, Model};
 use burrow_http::Server;
 use burrow_sqlite::SqliteEngine;
 
@@ -33,7 +33,7 @@ fn term_caught() -> bool {
 
 #[test]
 fn sigterm_stops_a_server_gracefully() -> Result<(), Box<dyn std::error::Error>> {
-    let client = Arc::new(Client::open(
+    let client = Arc::new(Database::open(
         Model::new().with::<Note>(),
         Arc::new(SqliteEngine::memory()?),
     )?);

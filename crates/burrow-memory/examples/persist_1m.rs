@@ -7,7 +7,7 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use burrow_core::chrono::{DateTime, Days, NaiveDate, TimeZone, Utc};
-use burrow_core::{Batch, Client, Currency, Model, Orm};
+use burrow_core::{Batch, Currency, Database, Model, Orm};
 use burrow_derive::Record;
 use burrow_memory::{MemoryEngine, MemoryOptions};
 
@@ -67,7 +67,7 @@ fn main() {
         let path = opts.path.clone().unwrap();
         let _ = std::fs::remove_file(&path);
         let engine = Arc::new(MemoryEngine::open(opts.clone()).unwrap());
-        let client = Client::open(model(), engine.clone()).unwrap();
+        let client = Database::open(model(), engine.clone()).unwrap();
         let mut batch = Batch::new();
         for i in 0..n {
             batch.add(make(i));
@@ -83,7 +83,7 @@ fn main() {
         let size = std::fs::metadata(&path).unwrap().len();
         let t = Instant::now();
         let engine = Arc::new(MemoryEngine::open(opts).unwrap());
-        let client = Client::open(model(), engine).unwrap();
+        let client = Database::open(model(), engine).unwrap();
         let load = t.elapsed().as_secs_f64();
         assert_eq!(client.count::<Sample>("", &[]).unwrap(), n as u64);
         let last: Sample = client.retrieve(n as i64).unwrap();

@@ -8,7 +8,7 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use burrow_core::chrono::{DateTime, Days, NaiveDate, Utc};
-use burrow_core::{Batch, Client, Currency, Model, Orm, Query, Storage};
+use burrow_core::{Batch, Currency, Database, Model, Orm, Query, Storage};
 use burrow_derive::Record;
 use burrow_memory::MemoryEngine;
 use burrow_sqlite::SqliteEngine;
@@ -51,9 +51,9 @@ const MODES: [&str; 7] = [
 
 /// Objects per second of one mode on a fresh engine.
 fn run(engine: &dyn Fn() -> Arc<dyn Storage>, mode: &str, n: usize) -> f64 {
-    let client = Client::open(Model::new().with::<Sample>(), engine()).unwrap();
+    let client = Database::open(Model::new().with::<Sample>(), engine()).unwrap();
     let mut rows: Vec<Sample> = (0..n).map(make).collect();
-    let fill = |c: &Client, rows: Vec<Sample>| {
+    let fill = |c: &Database, rows: Vec<Sample>| {
         let tx = c.transaction().unwrap();
         let mut b = Batch::new();
         for r in rows {

@@ -6,11 +6,11 @@
 //!
 //! ```no_run
 //! # use std::sync::Arc;
-//! # use burrow_core::{Client, Model};
+//! # use burrow_core::{Database, Model};
 //! # fn demo(model: Model, sqlite: Arc<dyn burrow_core::Storage>) -> burrow_core::Result<()> {
 //! use burrow_memory::{MemoryEngine, MemoryOptions};
 //! let memory = Arc::new(MemoryEngine::open(MemoryOptions::file("sessions.bmem"))?);
-//! let client = Client::builder(model).default_engine(sqlite).place::<Session>(memory).open()?;
+//! let client = Database::builder(model).default_engine(sqlite).place::<Session>(memory).open()?;
 //! # Ok(()) }
 //! # #[derive(burrow_derive::Record)] #[burrow(crate = "burrow_core")] struct Session { id: i64 }
 //! ```
@@ -435,12 +435,12 @@ impl Drop for MemoryEngine {
 ///
 /// ```
 /// # use std::sync::Arc;
-/// # use burrow_core::{Client, Model, Orm};
+/// # use burrow_core::{Database, Model, Orm};
 /// # #[derive(burrow_derive::Record)] #[burrow(crate = "burrow_core")]
 /// # struct Session { id: i64, user: String }
 /// # fn main() -> burrow_core::Result<()> {
 /// use burrow_memory::MemoryEngine;
-/// let client = Client::open(Model::new().with::<Session>(), Arc::new(MemoryEngine::new()))?;
+/// let client = Database::open(Model::new().with::<Session>(), Arc::new(MemoryEngine::new()))?;
 /// let tx = client.transaction()?;
 /// tx.add(&mut Session { id: 0, user: "ann".into() })?;
 /// assert_eq!(tx.count::<Session>("", &[])?, 1);

@@ -9,13 +9,13 @@ use std::thread;
 use std::time::{Duration, Instant};
 
 use burrow_core::{
-    Batch, BatchResult, Client, Column, Error, ErrorKind, Filter, Orm, Placement, Query, Record,
+    Batch, BatchResult, Column, Database, Error, ErrorKind, Filter, Orm, Placement, Query, Record,
     RowOps, Select, Storage, Value,
 };
 use burrow_memory::{MemoryEngine, MemoryOptions};
 use common::*;
 
-fn filled(n: u64) -> (Client, Arc<MemoryEngine>) {
+fn filled(n: u64) -> (Database, Arc<MemoryEngine>) {
     let (c, e) = memory_client();
     let mut b = Batch::new();
     for p in people(n, 5) {
@@ -26,10 +26,10 @@ fn filled(n: u64) -> (Client, Arc<MemoryEngine>) {
 }
 
 /// A filled engine whose callers give up on a transaction after 100 ms.
-fn impatient(n: u64) -> (Client, Arc<MemoryEngine>) {
+fn impatient(n: u64) -> (Database, Arc<MemoryEngine>) {
     let opts = MemoryOptions::memory().lock_timeout(Duration::from_millis(100));
     let e = Arc::new(MemoryEngine::open(opts).unwrap());
-    let c = Client::open(model(), e.clone()).unwrap();
+    let c = Database::open(model(), e.clone()).unwrap();
     let mut b = Batch::new();
     for p in people(n, 5) {
         b.add(p);
@@ -38,7 +38,7 @@ fn impatient(n: u64) -> (Client, Arc<MemoryEngine>) {
     (c, e)
 }
 
-fn snapshot(c: &Client) -> Vec<Person> {
+fn snapshot(c: &Database) -> Vec<Person> {
     c.select::<Person>(&Query::all()).unwrap()
 }
 

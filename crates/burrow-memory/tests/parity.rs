@@ -3,10 +3,10 @@
 
 mod common;
 
-use burrow_core::{Batch, Client, Column, ErrorKind, Filter, Orm, Query, Select, Value};
+use burrow_core::{Batch, Column, Database, ErrorKind, Filter, Orm, Query, Select, Value};
 use common::*;
 
-fn populated(n: u64) -> (Client, Client) {
+fn populated(n: u64) -> (Database, Database) {
     let (mem, _) = memory_client();
     let sql = sqlite_client();
     for mut p in people(n, 7) {
@@ -97,8 +97,8 @@ fn by_id(mut v: Vec<Person>) -> Vec<Person> {
 
 /// Returns how many rows matched (`None` when both engines refused the query).
 fn check_query(
-    mem: &Client,
-    sql: &Client,
+    mem: &Database,
+    sql: &Database,
     text: &str,
     params: &[Value],
     rng: &mut Rng,
@@ -241,7 +241,7 @@ fn random_queries_match_sqlite() {
     );
 }
 
-fn all(c: &Client) -> Vec<Person> {
+fn all(c: &Database) -> Vec<Person> {
     c.select::<Person>(&Query::all().order_by("ID")).unwrap()
 }
 

@@ -8,14 +8,14 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use burrow_core::chrono::{DateTime, NaiveDate, TimeZone, Utc};
-use burrow_core::{Batch, Client, Currency, Error, Model, Orm, Query, Ref, Storage, Value};
+use burrow_core::{Batch, Currency, Database, Error, Model, Orm, Query, Ref, Storage, Value};
 use burrow_derive::Record;
 use burrow_memory::{FileError, MemoryEngine, MemoryOptions};
 use common::*;
 
-fn open(opts: MemoryOptions) -> (Client, Arc<MemoryEngine>) {
+fn open(opts: MemoryOptions) -> (Database, Arc<MemoryEngine>) {
     let e = Arc::new(MemoryEngine::open(opts).unwrap());
-    (Client::open(model(), e.clone()).unwrap(), e)
+    (Database::open(model(), e.clone()).unwrap(), e)
 }
 
 /// Rows with every kind, NULLs, and the edges of each type.
@@ -53,7 +53,7 @@ fn edge_people() -> Vec<Person> {
     v
 }
 
-fn fill(c: &Client, rows: &[Person]) {
+fn fill(c: &Database, rows: &[Person]) {
     let mut b = Batch::new();
     for p in rows {
         b.add(p.clone());
@@ -61,7 +61,7 @@ fn fill(c: &Client, rows: &[Person]) {
     c.send(&mut b).unwrap();
 }
 
-fn all(c: &Client) -> Vec<Person> {
+fn all(c: &Database) -> Vec<Person> {
     c.select::<Person>(&Query::all()).unwrap()
 }
 
@@ -487,7 +487,7 @@ fn schema_changes_keep_data() {
     let path = dir.path().join("evolve.data");
     let open_with = |m: Model| {
         let e = Arc::new(MemoryEngine::open(MemoryOptions::file(&path)).unwrap());
-        Client::open(m, e).unwrap()
+        Database::open(m, e).unwrap()
     };
     {
         let c = open_with(Model::new().with::<EvolveV1>().with::<Person>());
@@ -522,11 +522,11 @@ fn schema_changes_keep_data() {
         // Back to V1: the dropped field kept its values, Person its rows; the
         // widened value no longer fits an i32.
         let e = Arc::new(MemoryEngine::open(MemoryOptions::file(&path)).unwrap());
-        let err = Client::open(Model::new().with::<EvolveV1>(), e.clone())
+        let err = Database::open(Model::new().with::<EvolveV1>(), e.clone())
             .err()
             .unwrap();
         assert!(matches!(err, Error::Schema(_)), "{err}");
-        let c = Client::open(Model::new().with::<Person>(), e).unwrap();
+        let c = Database::open(Model::new().with::<Person>(), e).unwrap();
         assert_eq!(all(&c).len(), 4);
     }
 }
@@ -547,7 +547,7 @@ fn duplicates_in_a_file_are_a_schema_error() {
     let text = format!("{},\"crc32\":\"{crc:08x}\"}}\n", &text[..at]);
     std::fs::write(&path, text).unwrap();
     let e = Arc::new(MemoryEngine::open(MemoryOptions::file(&path)).unwrap());
-    let err = Client::open(model(), e.clone()).err().unwrap();
+    let err = Database::open(model(), e.clone()).err().unwrap();
     assert!(matches!(err, Error::Schema(_)), "{err}");
     // Nothing was lost: the table is still pending and written back as it was.
     drop(e);
@@ -594,7 +594,7 @@ fn a_million_rows_save_and_load() {
     let at = Utc.timestamp_opt(1_760_000_000, 123_456_789).unwrap();
     {
         let e = Arc::new(MemoryEngine::open(MemoryOptions::file(&path)).unwrap());
-        let c = Client::open(Model::new().with::<Sample>(), e.clone()).unwrap();
+        let c = Database::open(Model::new().with::<Sample>(), e.clone()).unwrap();
         let table = <Sample as burrow_core::Record>::table();
         for chunk in 0..N / 100_000 {
             let tx = e.clone().begin().unwrap();
@@ -609,7 +609,7 @@ fn a_million_rows_save_and_load() {
     let size = std::fs::metadata(&path).unwrap().len();
     assert!(size > 1_000_000 && size < 60_000_000, "{size} bytes");
     let e = Arc::new(MemoryEngine::open(MemoryOptions::file(&path)).unwrap());
-    let c = Client::open(Model::new().with::<Sample>(), e).unwrap();
+    let c = Database::open(Model::new().with::<Sample>(), e).unwrap();
     assert_eq!(c.count::<Sample>("", &[]).unwrap(), N as u64);
     for i in [0usize, 1, 4_321, 999_999] {
         let mut want = sample(i, at);

@@ -7,7 +7,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use burrow_core::chrono::{DateTime, NaiveDate, Utc};
-use burrow_core::{Batch, BatchResult, Client, Error, ErrorKind, Model, Orm, Query, Value};
+use burrow_core::{Batch, BatchResult, Database, Error, ErrorKind, Model, Orm, Query, Value};
 use burrow_derive::Record;
 use burrow_memory::{MemoryEngine, MemoryOptions};
 use common::*;
@@ -44,8 +44,8 @@ fn item(name: &str, qty: i32, tag: Option<&str>) -> ItemV1 {
     }
 }
 
-fn client<T: burrow_core::Record>(e: &Arc<MemoryEngine>) -> Client {
-    Client::open(Model::new().with::<T>(), e.clone()).unwrap()
+fn client<T: burrow_core::Record>(e: &Arc<MemoryEngine>) -> Database {
+    Database::open(Model::new().with::<T>(), e.clone()).unwrap()
 }
 
 #[test]
@@ -168,7 +168,7 @@ fn a_new_version_waits_for_an_open_transaction() {
     let tx = c1.transaction().unwrap();
     tx.add(&mut item("b", 2, None)).unwrap();
     // Opening it rewrites the rows, which the transaction's undo log names.
-    let err = Client::open(Model::new().with::<ItemV2>(), e.clone())
+    let err = Database::open(Model::new().with::<ItemV2>(), e.clone())
         .err()
         .unwrap();
     assert_eq!(err.kind(), ErrorKind::Busy, "{err}");
@@ -226,31 +226,31 @@ fn refused_kind_changes(e: &Arc<MemoryEngine>) {
     for (what, r) in [
         (
             "i32 to f64",
-            Client::open(Model::new().with::<NToF64>(), e.clone()),
+            Database::open(Model::new().with::<NToF64>(), e.clone()),
         ),
         (
             "i32 to text",
-            Client::open(Model::new().with::<NToText>(), e.clone()),
+            Database::open(Model::new().with::<NToText>(), e.clone()),
         ),
         (
             "i32 to bool",
-            Client::open(Model::new().with::<NToBool>(), e.clone()),
+            Database::open(Model::new().with::<NToBool>(), e.clone()),
         ),
         (
             "u32 to i32",
-            Client::open(Model::new().with::<UToI32>(), e.clone()),
+            Database::open(Model::new().with::<UToI32>(), e.clone()),
         ),
         (
             "text to JSON",
-            Client::open(Model::new().with::<TextToJson>(), e.clone()),
+            Database::open(Model::new().with::<TextToJson>(), e.clone()),
         ),
         (
             "date to date-time",
-            Client::open(Model::new().with::<DayToDateTime>(), e.clone()),
+            Database::open(Model::new().with::<DayToDateTime>(), e.clone()),
         ),
         (
             "date to text",
-            Client::open(Model::new().with::<DayToText>(), e.clone()),
+            Database::open(Model::new().with::<DayToText>(), e.clone()),
         ),
     ] {
         let err = r.err().unwrap_or_else(|| panic!("{what} was accepted"));
@@ -296,7 +296,7 @@ fn kinds_change_only_by_widening_integers() {
     // From the file: the widened kinds are stored; narrowing back is refused.
     let e = Arc::new(MemoryEngine::open(MemoryOptions::file(&path)).unwrap());
     refused_kind_changes(&e);
-    let err = Client::open(Model::new().with::<KindsV1>(), e.clone())
+    let err = Database::open(Model::new().with::<KindsV1>(), e.clone())
         .err()
         .unwrap();
     assert_eq!(err.kind(), ErrorKind::Schema, "{err}");

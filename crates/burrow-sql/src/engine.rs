@@ -22,7 +22,7 @@ use crate::{schema, ENGINE};
 /// An engine whose tables live in an external database: PostgreSQL,
 /// MySQL/MariaDB, or SQLite through the same layer. Share it as
 /// `Arc<SqlEngine>` and place tables on it with
-/// [`burrow_core::ClientBuilder::place`].
+/// [`burrow_core::DatabaseBuilder::place`].
 ///
 /// A call on the engine runs on its own (autocommit) on any free pooled
 /// connection. A transaction ([`Storage::begin`], [`SqlEngine::transaction`])

@@ -7,7 +7,7 @@
 //! use burrow_sql::SqlEngine;
 //!
 //! let pg = Arc::new(SqlEngine::connect("postgres://postgres@127.0.0.1/test")?);
-//! // Client::builder(model).default_engine(sqlite).place::<Sample>(pg).open()?
+//! // Database::builder(model).default_engine(sqlite).place::<Sample>(pg).open()?
 //! # Ok::<(), burrow_core::Error>(())
 //! ```
 //!

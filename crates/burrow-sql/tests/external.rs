@@ -13,7 +13,7 @@ use std::time::{Duration, Instant};
 
 use burrow_core::chrono::{DateTime, NaiveDate, Utc};
 use burrow_core::{
-    params, Batch, Client, Currency, EngineTx, Error, ErrorKind, Json, Model, Orm, Query, Record,
+    params, Batch, Currency, Database, EngineTx, Error, ErrorKind, Json, Model, Orm, Query, Record,
     Ref, RowOps, Storage, Value,
 };
 use burrow_derive::Record;
@@ -46,9 +46,9 @@ external!(
     record_of_no_fields,
 );
 
-fn client(db: &Db) -> Result<(Arc<SqlEngine>, Client), Box<dyn std::error::Error>> {
+fn client(db: &Db) -> Result<(Arc<SqlEngine>, Database), Box<dyn std::error::Error>> {
     let e = db.engine()?;
-    let c = Client::open(Model::new().with::<Sample>(), e.clone())?;
+    let c = Database::open(Model::new().with::<Sample>(), e.clone())?;
     Ok((e, c))
 }
 
@@ -57,13 +57,13 @@ const SHORT_WAIT: Duration = Duration::from_millis(300);
 
 /// A client whose engine has one connection and a short lock timeout: a
 /// connection not handed back to the pool shows as a busy error.
-fn one_connection(db: &Db) -> Result<(Arc<SqlEngine>, Client), Box<dyn std::error::Error>> {
+fn one_connection(db: &Db) -> Result<(Arc<SqlEngine>, Database), Box<dyn std::error::Error>> {
     let e = Arc::new(db.builder().pool_size(1).lock_timeout(SHORT_WAIT).open()?);
-    let c = Client::open(Model::new().with::<Sample>(), e.clone())?;
+    let c = Database::open(Model::new().with::<Sample>(), e.clone())?;
     Ok((e, c))
 }
 
-fn seed(c: &Client, prefix: &str, n: i32) -> burrow_core::Result<Vec<Sample>> {
+fn seed(c: &Database, prefix: &str, n: i32) -> burrow_core::Result<Vec<Sample>> {
     (0..n)
         .map(|i| {
             let mut s = Sample::new(&format!("{prefix}{i}"), i, &format!("{i}.5"));
@@ -136,7 +136,7 @@ fn queries_where_order_limit(db: &Db) -> TestResult {
     assert_eq!(c.count::<Sample>("Born >= ?", &params!["1975-01-01"])?, 5);
     assert_eq!(c.count::<Sample>("Note IS NULL", &[])?, 10);
     let first = c
-        .retrieve_where::<Sample>("Name = ?", &params!["q3"])?
+        .get_where::<Sample>("Name = ?", &params!["q3"])?
         .ok_or("q3")?;
     same_sample(db, &first, &seeded[3])?;
     assert_eq!(
@@ -266,7 +266,7 @@ fn batch_failures_reported_and_rest_applied(db: &Db) -> TestResult {
 
 fn transactions_commit_rollback_nested(db: &Db) -> TestResult {
     let e = Arc::new(db.builder().lock_timeout(SHORT_WAIT).open()?);
-    let c = Client::open(Model::new().with::<Sample>(), e)?;
+    let c = Database::open(Model::new().with::<Sample>(), e)?;
     {
         let tx = c.transaction()?;
         let mut a = Sample::new("tx-a", 1, "1");
@@ -510,7 +510,7 @@ fn kinds_sample(i: i64) -> Kinds {
 
 fn field_kinds_round_trip(db: &Db) -> TestResult {
     let e = db.engine()?;
-    let c = Client::open(Model::new().with::<Kinds>().with::<Sample>(), e)?;
+    let c = Database::open(Model::new().with::<Kinds>().with::<Sample>(), e)?;
     let mut one = kinds_sample(1);
     c.add(&mut one)?;
     assert_eq!(c.retrieve::<Kinds>(one.id)?, one);
@@ -549,7 +549,7 @@ fn datetimes_as_text_are_exact(db: &Db) -> TestResult {
             .datetime_storage(DateTimeStorage::Text)
             .open()?,
     );
-    let c = Client::open(Model::new().with::<Sample>(), e)?;
+    let c = Database::open(Model::new().with::<Sample>(), e)?;
     let mut s = Sample::new("exact", 1, "1");
     c.add(&mut s)?;
     s.created_at = DateTime::from_timestamp(1_700_000_000, 123_456_789).ok_or("time")?;
@@ -562,7 +562,7 @@ fn datetimes_as_text_are_exact(db: &Db) -> TestResult {
         let (_, c2) = {
             let db2 = Db::fresh(db.backend, "native_us")?;
             let e = db2.engine()?;
-            let c = Client::open(Model::new().with::<Sample>(), e.clone())?;
+            let c = Database::open(Model::new().with::<Sample>(), e.clone())?;
             let mut s = Sample::new("micro", 1, "1");
             c.add(&mut s)?;
             s.created_at = DateTime::from_timestamp(1_700_000_000, 123_456_789).ok_or("time")?;
@@ -651,7 +651,7 @@ fn people_engine(db: &Db) -> burrow_core::Result<Arc<SqlEngine>> {
 fn mapping_onto_existing_table(db: &Db) -> TestResult {
     let e = people_engine(db)?;
     create_people(db, &e)?;
-    let c = Client::open(Model::new().with::<Person>(), e.clone())?;
+    let c = Database::open(Model::new().with::<Person>(), e.clone())?;
     let mut p = Person {
         id: 0,
         first_name: "Grace".into(),
@@ -695,7 +695,7 @@ fn mapping_onto_existing_table(db: &Db) -> TestResult {
     // collation the other application chose (MariaDB's default ignores case).
     let main = Arc::new(SqliteEngine::memory()?);
     let people = e.clone();
-    let c = Client::builder(Model::new().with::<Person>())
+    let c = Database::builder(Model::new().with::<Person>())
         .default_engine(main.clone())
         .place::<Person>(e)
         .open()?;
@@ -762,7 +762,7 @@ fn mapping_onto_existing_table(db: &Db) -> TestResult {
 fn value_too_long_for_mapped_column(db: &Db) -> TestResult {
     let e = people_engine(db)?;
     create_people(db, &e)?;
-    let c = Client::open(Model::new().with::<Person>(), e)?;
+    let c = Database::open(Model::new().with::<Person>(), e)?;
     let mut ok = Person {
         first_name: "Short".into(),
         ..Person::default()
@@ -812,11 +812,11 @@ fn type_mismatch(db: &Db) -> TestResult {
         .map_column("Person", "FirstName", "FIRST_NAME")
         .map_column("Person", "Born", "born")
         .open()?;
-    match Client::open(Model::new().with::<WrongPerson>(), Arc::new(wrong)) {
+    match Database::open(Model::new().with::<WrongPerson>(), Arc::new(wrong)) {
         Err(e) => assert_eq!(e.kind(), ErrorKind::Schema, "{e}"),
         Ok(_) => return Err("a text column was accepted for an integer field".into()),
     }
-    let c = Client::open(Model::new().with::<Person>(), e)?;
+    let c = Database::open(Model::new().with::<Person>(), e)?;
     if db.backend == Backend::Sqlite {
         return Ok(());
     }
@@ -857,9 +857,9 @@ fn two_engines_share_one_database(db: &Db) -> TestResult {
     }
     let e1 = db.engine()?;
     let e2 = db.engine()?;
-    let c1 = Client::open(Model::new().with::<Sample>(), e1)?;
-    let c2 = Client::open(Model::new().with::<Sample>(), e2)?;
-    let run = |c: &Client, tag: &str| -> burrow_core::Result<Vec<(i64, String)>> {
+    let c1 = Database::open(Model::new().with::<Sample>(), e1)?;
+    let c2 = Database::open(Model::new().with::<Sample>(), e2)?;
+    let run = |c: &Database, tag: &str| -> burrow_core::Result<Vec<(i64, String)>> {
         let mut all = Vec::new();
         for round in 0..5 {
             let mut b = Batch::new();
@@ -901,7 +901,7 @@ pub struct Note {
 fn virtual_table_through_sqlite(db: &Db) -> TestResult {
     let ext = db.engine()?;
     let main = Arc::new(SqliteEngine::memory()?);
-    let c = Client::builder(Model::new().with::<Sample>().with::<Note>())
+    let c = Database::builder(Model::new().with::<Sample>().with::<Note>())
         .default_engine(main)
         .place::<Sample>(ext.clone())
         .open()?;
@@ -940,7 +940,7 @@ fn virtual_table_through_sqlite(db: &Db) -> TestResult {
     );
     // A server keeps times to the microsecond and would round a finer bound:
     // such a range stays with SQLite, which compares the text.
-    let c = Client::builder(Model::new().with::<Kinds>())
+    let c = Database::builder(Model::new().with::<Kinds>())
         .default_engine(Arc::new(SqliteEngine::memory()?))
         .place::<Kinds>(ext)
         .open()?;
@@ -974,7 +974,7 @@ fn killed_connection_mid_batch(db: &Db) -> TestResult {
             .lock_timeout(Duration::from_secs(2))
             .open()?,
     );
-    let c = Client::open(Model::new().with::<Sample>(), e)?;
+    let c = Database::open(Model::new().with::<Sample>(), e)?;
     seed(&c, "k", 5)?;
     let mut killed = 0;
     let mut outcome = None;
@@ -1034,7 +1034,7 @@ struct Bare {
 }
 
 fn record_of_no_fields(db: &Db) -> TestResult {
-    let c = Client::open(Model::new().with::<Bare>(), db.engine()?)?;
+    let c = Database::open(Model::new().with::<Bare>(), db.engine()?)?;
     let (mut a, mut b) = (Bare::default(), Bare::default());
     c.add(&mut a)?;
     c.add(&mut b)?;

@@ -8,7 +8,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 
 use burrow_core::chrono::{DateTime, NaiveDate, Utc};
-use burrow_core::{Client, Currency, Model, Orm};
+use burrow_core::{Currency, Database, Model, Orm};
 use burrow_derive::Record;
 use burrow_sqlite::SqliteEngine;
 
@@ -60,7 +60,7 @@ fn allocations(f: impl FnOnce() -> burrow_core::Result<()>) -> burrow_core::Resu
 
 #[test]
 fn per_row_paths_do_not_allocate() -> burrow_core::Result<()> {
-    let db = Client::open(
+    let db = Database::open(
         Model::new().with::<Sample>(),
         Arc::new(SqliteEngine::memory()?),
     )?;

@@ -5,7 +5,7 @@
 
 use std::sync::Arc;
 
-use burrow_core::{Batch, Client, Model, Orm};
+use burrow_core::{Batch, Database, Model, Orm};
 use burrow_derive::Record;
 use burrow_sqlite::SqliteEngine;
 
@@ -17,7 +17,7 @@ struct Bare {
 
 #[test]
 fn record_of_no_fields() -> Result<(), Box<dyn std::error::Error>> {
-    let c = Client::open(
+    let c = Database::open(
         Model::new().with::<Bare>(),
         Arc::new(SqliteEngine::memory()?),
     )?;

@@ -2,7 +2,7 @@
 
 use std::sync::Arc;
 
-use burrow_core::{params, Client, Currency, Model, Orm, Record, RowOps};
+use burrow_core::{params, Currency, Database, Model, Orm, Record, RowOps};
 use burrow_derive::Record;
 use burrow_sqlite::SqliteEngine;
 
@@ -28,12 +28,12 @@ type Res = Result<(), Box<dyn std::error::Error>>;
 
 /// Pets live in a second engine; owners in the main one.
 /// A client, its main engine, and the engine that holds the pets.
-type Opened = (Client, Arc<SqliteEngine>, Arc<SqliteEngine>);
+type Opened = (Database, Arc<SqliteEngine>, Arc<SqliteEngine>);
 
 fn open() -> Result<Opened, Box<dyn std::error::Error>> {
     let main = Arc::new(SqliteEngine::memory()?);
     let other = Arc::new(SqliteEngine::memory()?);
-    let client = Client::builder(Model::new().with::<Owner>().with::<Pet>())
+    let client = Database::builder(Model::new().with::<Owner>().with::<Pet>())
         .default_engine(main.clone())
         .place::<Pet>(other.clone())
         .open()?;

@@ -20,7 +20,7 @@ fn main() -> burrow::Result<()> {
     let engine = Arc::new(SqliteEngine::open(
         SqliteOptions::memory().busy_timeout(std::time::Duration::from_millis(200)),
     )?);
-    let db = Client::open(Model::new().with::<Account>(), engine)?;
+    let db = Database::open(Model::new().with::<Account>(), engine)?;
     let account = |owner: &str, balance: &str| Account {
         id: 0,
         owner: owner.into(),

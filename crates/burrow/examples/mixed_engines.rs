@@ -28,7 +28,7 @@ fn main() -> burrow::Result<()> {
     let sqlite = Arc::new(SqliteEngine::memory()?);
     // In memory only; MemoryOptions::file(path) keeps the sessions in a file.
     let memory = Arc::new(MemoryEngine::open(MemoryOptions::memory())?);
-    let db = Client::builder(Model::new().with::<Invoice>().with::<Session>())
+    let db = Database::builder(Model::new().with::<Invoice>().with::<Session>())
         .default_engine(sqlite)
         .place::<Session>(memory)
         .open()?;
@@ -48,7 +48,7 @@ fn main() -> burrow::Result<()> {
 
     // The memory engine answers this without SQL, through its indexes.
     let session = db
-        .retrieve_where::<Session>("Token = ?", &params!["s-1"])?
+        .get_where::<Session>("Token = ?", &params!["s-1"])?
         .expect("the session");
     // The default engine's SQL sees the memory table as a virtual table.
     let invoices: Vec<Invoice> = db.sql_list(

@@ -29,7 +29,7 @@ fn main() -> burrow::Result<()> {
         std::process::exit(2);
     };
     let pg = Arc::new(SqlEngine::connect(&url)?);
-    let db = Client::builder(Model::new().with::<Order>().with::<Draft>())
+    let db = Database::builder(Model::new().with::<Order>().with::<Draft>())
         .default_engine(Arc::new(SqliteEngine::memory()?))
         .place::<Order>(pg)
         .open()?;

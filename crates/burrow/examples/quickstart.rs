@@ -24,7 +24,7 @@ fn main() -> burrow::Result<()> {
     let engine = Arc::new(SqliteEngine::open(SqliteOptions::file(
         dir.join("tasks.db"),
     ))?);
-    let db = Client::open(Model::new().with::<Task>(), engine)?;
+    let db = Database::open(Model::new().with::<Task>(), engine)?;
 
     let mut write = Task {
         id: 0,

@@ -17,7 +17,7 @@ struct Note {
 
 fn main() -> burrow::Result<()> {
     let model = Model::new().with::<Note>();
-    let hosted = Arc::new(Client::open(
+    let hosted = Arc::new(Database::open(
         model.clone(),
         Arc::new(SqliteEngine::memory()?),
     )?);
@@ -37,7 +37,7 @@ fn main() -> burrow::Result<()> {
     let ann = RemoteEngine::builder(&server.url())
         .login("ann", "a long passphrase")
         .connect()?;
-    let db = Client::open(model.clone(), Arc::new(ann))?;
+    let db = Database::open(model.clone(), Arc::new(ann))?;
     let id = db.add(&mut Note {
         id: 0,
         text: "written over HTTP".into(),
@@ -48,7 +48,7 @@ fn main() -> burrow::Result<()> {
     let bob = RemoteEngine::builder(&server.url())
         .login("bob", "another passphrase")
         .connect()?;
-    let ro = Client::open(model, Arc::new(bob))?;
+    let ro = Database::open(model, Arc::new(bob))?;
     println!("bob reads {} note(s)", ro.count::<Note>("", &[])?);
     let refused = ro.add(&mut Note {
         id: 0,

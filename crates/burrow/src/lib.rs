@@ -3,7 +3,7 @@
 //! # Crate layout
 //!
 //! What applications use is here, flat: the [`Record`] derive and trait,
-//! [`Orm`], [`Client`], [`Transaction`], [`Model`], [`Query`], [`Batch`],
+//! [`Orm`], [`Database`], [`Transaction`], [`Model`], [`Query`], [`Batch`],
 //! [`Value`], [`Currency`], [`Error`], and the ORM cache ([`OrmCache`] in
 //! front of any engine through [`CachedEngine`]); [`prelude`] brings the traits and the
 //! common types in with one `use`. Engines live behind cargo features:
@@ -13,9 +13,9 @@
 #![cfg_attr(docsrs, feature(doc_cfg))]
 
 pub use burrow_core::{
-    params, Batch, BatchOptions, BatchResult, CacheRule, CachedEngine, Client, ClientBuilder,
-    Currency, Error, ErrorKind, Json, Model, Orm, OrmCache, Params, ParseCurrencyError, Query,
-    Record, Ref, Result, Storage, Transaction, Value, CURRENCY_SCALE,
+    params, Batch, BatchOptions, BatchResult, CacheRule, CachedEngine, Currency, Database,
+    DatabaseBuilder, Error, ErrorKind, Json, Model, Orm, OrmCache, Params, ParseCurrencyError,
+    Query, Record, Ref, Result, Storage, Transaction, Value, CURRENCY_SCALE,
 };
 pub use burrow_core::{AutoTime, Field, FieldKind, FieldType, Table};
 pub use burrow_derive::Record;
@@ -28,7 +28,7 @@ pub use burrow_core::{ConvertError, Fields, Row, ValueRef};
 /// The traits and the types most code needs: `use burrow::prelude::*;`.
 pub mod prelude {
     pub use burrow_core::{
-        params, Batch, Client, Currency, Error, ErrorKind, Model, Orm, Query, Record, Result,
+        params, Batch, Currency, Database, Error, ErrorKind, Model, Orm, Query, Record, Result,
         Transaction, Value,
     };
     pub use burrow_derive::Record;

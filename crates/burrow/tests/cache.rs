@@ -10,7 +10,7 @@ use std::time::Duration;
 
 use burrow::driver::{OwnedRow, RowOps};
 use burrow::sqlite::SqliteEngine;
-use burrow::{params, CachedEngine, Client, Model, Orm, OrmCache, Record};
+use burrow::{params, CachedEngine, Database, Model, Orm, OrmCache, Record};
 
 type TestResult = Result<(), Box<dyn std::error::Error>>;
 
@@ -30,12 +30,12 @@ fn note(title: &str) -> Note {
 
 /// A client over SQLite in memory with `cache` in front, the cached engine,
 /// and the SQLite engine itself, for writes that bypass the cache.
-type Cached = (Client, Arc<CachedEngine>, Arc<SqliteEngine>);
+type Cached = (Database, Arc<CachedEngine>, Arc<SqliteEngine>);
 
 fn cached(cache: OrmCache) -> Result<Cached, burrow::Error> {
     let sqlite = Arc::new(SqliteEngine::memory()?);
     let engine = Arc::new(CachedEngine::new(sqlite.clone(), cache));
-    let db = Client::open(Model::new().with::<Note>(), engine.clone())?;
+    let db = Database::open(Model::new().with::<Note>(), engine.clone())?;
     Ok((db, engine, sqlite))
 }
 

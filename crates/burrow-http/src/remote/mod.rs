@@ -1,7 +1,7 @@
 //! The HTTP client: [`RemoteEngine`], a [`Storage`](burrow_core::Storage)
 //! engine whose tables live on a Burrow (or mORMot-compatible) server.
 //!
-//! `Client::open(model, Arc::new(RemoteEngine::connect(url)?))` is a remote
+//! `Database::open(model, Arc::new(RemoteEngine::connect(url)?))` is a remote
 //! [`burrow_core::Orm`]: application code does not change. A server can also
 //! place one of its own tables in a `RemoteEngine`, keeping it on another server.
 //!

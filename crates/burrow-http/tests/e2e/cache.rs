@@ -6,7 +6,7 @@
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use burrow_core::{Client, Orm, OrmCache, RowOps};
+use burrow_core::{Database, Orm, OrmCache, RowOps};
 
 use burrow_http::RemoteEngine;
 
@@ -15,7 +15,7 @@ use crate::common::*;
 /// Reads `id` until its first name is `want`, checking on the way that no
 /// read started after `written + ttl` returns something else. Returns the
 /// number of stale reads seen (all within the timeout).
-fn wait_fresh(db: &Client, id: i64, want: &str, written: Instant, ttl: Duration) -> usize {
+fn wait_fresh(db: &Database, id: i64, want: &str, written: Instant, ttl: Duration) -> usize {
     let mut stale = 0;
     let deadline = written + ttl + Duration::from_secs(5);
     loop {
@@ -44,7 +44,7 @@ fn client_cache_is_never_stale_past_its_timeout() -> TestResult {
             .cache(OrmCache::new().table::<Sample>(ttl))
             .connect()?,
     );
-    let a = Client::open(model(), a_engine.clone())?;
+    let a = Database::open(model(), a_engine.clone())?;
     let b = remote(&server);
     let mut s = sample(1);
     a.add(&mut s)?;

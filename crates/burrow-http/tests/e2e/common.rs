@@ -7,7 +7,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use burrow_core::chrono::{DateTime, NaiveDate, Utc};
-use burrow_core::{Client, Currency, Model, Orm};
+use burrow_core::{Currency, Database, Model, Orm};
 use burrow_derive::Record;
 use burrow_http::{Auth, RemoteEngine, Server, ServerBuilder};
 use burrow_sqlite::SqliteEngine;
@@ -67,14 +67,14 @@ pub fn sample(i: usize) -> Sample {
 }
 
 /// The hosted client (in-memory SQLite) and its engine.
-pub fn hosted() -> (Arc<Client>, Arc<SqliteEngine>) {
+pub fn hosted() -> (Arc<Database>, Arc<SqliteEngine>) {
     let engine = Arc::new(SqliteEngine::memory().expect("sqlite"));
-    let client = Arc::new(Client::open(model(), engine.clone()).expect("client"));
+    let client = Arc::new(Database::open(model(), engine.clone()).expect("client"));
     (client, engine)
 }
 
 /// A server without access control over a fresh hosted client.
-pub fn open_server() -> (Server, Arc<Client>, Arc<SqliteEngine>) {
+pub fn open_server() -> (Server, Arc<Database>, Arc<SqliteEngine>) {
     let (client, engine) = hosted();
     let server = Server::builder(client.clone(), "root")
         .no_auth()
@@ -83,7 +83,7 @@ pub fn open_server() -> (Server, Arc<Client>, Arc<SqliteEngine>) {
     (server, client, engine)
 }
 
-pub fn server_with(f: impl FnOnce(ServerBuilder) -> ServerBuilder) -> (Server, Arc<Client>) {
+pub fn server_with(f: impl FnOnce(ServerBuilder) -> ServerBuilder) -> (Server, Arc<Database>) {
     let (client, _) = hosted();
     let server = f(Server::builder(client.clone(), "root"))
         .bind("127.0.0.1:0")
@@ -92,16 +92,16 @@ pub fn server_with(f: impl FnOnce(ServerBuilder) -> ServerBuilder) -> (Server, A
 }
 
 /// A remote Orm on `server`.
-pub fn remote(server: &Server) -> Client {
-    Client::open(
+pub fn remote(server: &Server) -> Database {
+    Database::open(
         model(),
         Arc::new(RemoteEngine::connect(&server.url()).expect("connect")),
     )
     .expect("open")
 }
 
-pub fn remote_engine(e: RemoteEngine) -> Client {
-    Client::open(model(), Arc::new(e)).expect("open")
+pub fn remote_engine(e: RemoteEngine) -> Database {
+    Database::open(model(), Arc::new(e)).expect("open")
 }
 
 /// A test auth: group "admin" (everything), "reader" (read Sample only),

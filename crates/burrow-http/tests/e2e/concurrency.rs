@@ -6,7 +6,7 @@ use std::sync::{mpsc, Arc, Condvar, Mutex};
 use std::time::{Duration, Instant};
 
 use burrow_core::{
-    Batch, Caps, Client, Column, EngineTx, ErrorKind, Fields, Filter, Orm, Result, Row, RowOps,
+    Batch, Caps, Column, Database, EngineTx, ErrorKind, Fields, Filter, Orm, Result, Row, RowOps,
     Select, Storage, Table, Value,
 };
 use burrow_http::{RemoteEngine, Server};
@@ -192,7 +192,7 @@ fn a_slow_engine_does_not_stall_the_event_loop_and_shutdown_is_graceful() -> Tes
         gate: Some(gate.clone()),
         loose: false,
     });
-    let client = Arc::new(Client::open(model(), slow)?);
+    let client = Arc::new(Database::open(model(), slow)?);
     client.add(&mut sample(1))?;
     let server = Server::builder(client, "root")
         .no_auth()
@@ -270,7 +270,7 @@ fn open_remote_transactions_take_no_thread_each() -> TestResult {
         gate: None,
         loose: true,
     });
-    let hosted = Arc::new(Client::open(model(), loose)?);
+    let hosted = Arc::new(Database::open(model(), loose)?);
     let server = Server::builder(hosted.clone(), "root")
         .no_auth()
         .transactions(burrow_http::TxLimits {
@@ -312,13 +312,13 @@ fn a_begin_that_waits_too_long_is_busy_and_the_event_loop_answers_meanwhile() ->
     let sqlite = Arc::new(SqliteEngine::open(
         SqliteOptions::memory().busy_timeout(timeout),
     )?);
-    let hosted = Arc::new(Client::open(model(), sqlite)?);
+    let hosted = Arc::new(Database::open(model(), sqlite)?);
     let server = Server::builder(hosted, "root")
         .no_auth()
         .threads(1)
         .bind("127.0.0.1:0")?;
     let addr = server.local_addr();
-    let db = Client::open(model(), Arc::new(RemoteEngine::connect(&server.url())?))?;
+    let db = Database::open(model(), Arc::new(RemoteEngine::connect(&server.url())?))?;
     let holder = db.transaction()?;
     holder.add(&mut sample(1))?;
     let db = &db;

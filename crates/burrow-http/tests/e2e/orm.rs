@@ -262,7 +262,7 @@ fn a_client_leaving_mid_transaction_rolls_back() -> TestResult {
     other.add(&mut sample(1))?;
     assert_eq!(count(&other), 1);
     assert!(other
-        .retrieve_where::<Sample>("Email = ?", &params!["gone@x"])?
+        .get_where::<Sample>("Email = ?", &params!["gone@x"])?
         .is_none());
     Ok(())
 }
@@ -273,7 +273,7 @@ fn a_server_keeps_a_table_on_another_server() -> TestResult {
     let (far, far_client, _) = open_server();
     let sqlite = Arc::new(burrow_sqlite::SqliteEngine::memory()?);
     let near_client = Arc::new(
-        burrow_core::Client::builder(model())
+        burrow_core::Database::builder(model())
             .default_engine(sqlite)
             .place::<Secret>(Arc::new(burrow_http::RemoteEngine::connect(&far.url())?))
             .open()?,

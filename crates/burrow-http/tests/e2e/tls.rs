@@ -26,7 +26,7 @@ mod with_tls {
     const CERT: &[u8] = include_bytes!("tls/server.pem");
     const KEY: &[u8] = include_bytes!("tls/server.key");
 
-    fn https_server() -> (burrow_http::Server, std::sync::Arc<burrow_core::Client>) {
+    fn https_server() -> (burrow_http::Server, std::sync::Arc<burrow_core::Database>) {
         server_with(|b| b.no_auth().tls(CERT, KEY))
     }
 

@@ -4,7 +4,7 @@
 use std::sync::Arc;
 
 use burrow_core::chrono::{DateTime, NaiveDate, TimeZone, Utc};
-use burrow_core::{Client, Currency, Model, Ref, Value};
+use burrow_core::{Currency, Database, Model, Ref, Value};
 use burrow_derive::Record;
 use burrow_memory::MemoryEngine;
 use burrow_sqlite::SqliteEngine;
@@ -107,13 +107,13 @@ pub fn model() -> Model {
     Model::new().with::<Person>()
 }
 
-pub fn memory_client() -> (Client, Arc<MemoryEngine>) {
+pub fn memory_client() -> (Database, Arc<MemoryEngine>) {
     let e = Arc::new(MemoryEngine::new());
-    (Client::open(model(), e.clone()).unwrap(), e)
+    (Database::open(model(), e.clone()).unwrap(), e)
 }
 
-pub fn sqlite_client() -> Client {
-    Client::open(model(), Arc::new(SqliteEngine::memory().unwrap())).unwrap()
+pub fn sqlite_client() -> Database {
+    Database::open(model(), Arc::new(SqliteEngine::memory().unwrap())).unwrap()
 }
 
 /// A parameter value for a column of [`Person`], drawn like the data.

@@ -39,7 +39,7 @@ fn snapshot(store: &Store, c: &impl Orm) -> Result<Snapshot, Box<dyn std::error:
 /// A store with a few samples and tags, and its snapshot.
 fn seeded(
     f: &dyn Factory,
-) -> Result<(Store, burrow::Client, Snapshot), Box<dyn std::error::Error>> {
+) -> Result<(Store, burrow::Database, Snapshot), Box<dyn std::error::Error>> {
     let store = f.fresh()?;
     let c = store.open()?;
     let samples = seed(&c, "b", 5)?;
@@ -72,7 +72,7 @@ fn refused_everywhere(c: &impl Orm, w: &str, p: &[Value], kind: ErrorKind) -> Re
         c.select::<Sample>(&Query::filter(w, p.to_vec())).map(drop),
     )?;
     check("count", c.count::<Sample>(w, p).map(drop))?;
-    check("retrieve_where", c.retrieve_where::<Sample>(w, p).map(drop))?;
+    check("get_where", c.get_where::<Sample>(w, p).map(drop))?;
     check("delete_where", c.delete_where::<Sample>(w, p).map(drop))?;
     check(
         "one_field_value",
@@ -349,7 +349,7 @@ fn injection_text_as_a_where_parameter_matches_nothing(f: &dyn Factory) -> TestR
             .list::<Sample>("Name = ? OR LastName = ?", &params![*text, *text])?
             .is_empty());
         assert!(c
-            .retrieve_where::<Sample>("Note = ?", &params![*text])?
+            .get_where::<Sample>("Note = ?", &params![*text])?
             .is_none());
         assert_eq!(c.delete_where::<Sample>("Name = ?", &params![*text])?, 0);
         assert_eq!(c.delete_where::<Tag>("Label IN (?)", &params![*text])?, 0);
@@ -543,9 +543,8 @@ fn wrong_type_stored_in_a_column(f: &dyn Factory) -> TestResult {
         )?;
         check("list", c.list::<Sample>("", &[]).map(drop))?;
         check(
-            "retrieve_where",
-            c.retrieve_where::<Sample>("ID = ?", &params![victim])
-                .map(drop),
+            "get_where",
+            c.get_where::<Sample>("ID = ?", &params![victim]).map(drop),
         )?;
         check(
             "for_each",

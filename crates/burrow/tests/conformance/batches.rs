@@ -3,7 +3,7 @@
 
 use std::collections::HashSet;
 
-use burrow::{Batch, BatchOptions, BatchResult, Client, Error, ErrorKind, Model, Orm};
+use burrow::{Batch, BatchOptions, BatchResult, Database, Error, ErrorKind, Model, Orm};
 
 use crate::common::*;
 
@@ -233,7 +233,7 @@ fn failed_item_inside_a_run_of_adds(f: &dyn Factory) -> TestResult {
 }
 
 /// Samples and tags before a batch, to check that nothing of it remains.
-fn snapshot(c: &Client) -> burrow::Result<(Vec<Sample>, Vec<Tag>)> {
+fn snapshot(c: &Database) -> burrow::Result<(Vec<Sample>, Vec<Tag>)> {
     Ok((all(c)?, all(c)?))
 }
 
@@ -533,7 +533,7 @@ fn batch_ids_after_the_largest_id(f: &dyn Factory) -> TestResult {
 
 /// For engines that never reuse IDs: with `i64::MAX` taken no ID is left, and
 /// each add says so clearly (not as a duplicate) and adds nothing.
-fn no_id_after_the_largest(f: &dyn Factory, c: &Client, results: &[BatchResult]) -> TestResult {
+fn no_id_after_the_largest(f: &dyn Factory, c: &Database, results: &[BatchResult]) -> TestResult {
     let exhausted = |e: &Error| -> TestResult {
         let text = e.to_string();
         assert_eq!(e.kind(), ErrorKind::BadInput, "{}: {text}", f.name());
@@ -563,7 +563,7 @@ fn no_id_after_the_largest(f: &dyn Factory, c: &Client, results: &[BatchResult])
 fn rollback_on_error_across_two_engines(f: &dyn Factory) -> TestResult {
     let a = f.fresh()?;
     let b = f.fresh()?;
-    let c = Client::builder(model())
+    let c = Database::builder(model())
         .default_engine(a.engine_for(Model::new().with::<Sample>())?)
         .place::<Tag>(b.engine_for(Model::new().with::<Tag>())?)
         .open()?;

@@ -13,7 +13,7 @@ use std::sync::Arc;
 use burrow::chrono::{DateTime, NaiveDate, Utc};
 use burrow::memory::{MemoryEngine, MemoryOptions};
 use burrow::sqlite::{SqliteEngine, SqliteOptions};
-use burrow::{Client, Currency, Model, Orm, Query, Record, Ref, Storage};
+use burrow::{Currency, Database, Model, Orm, Query, Record, Ref, Storage};
 use tempfile::TempDir;
 
 /// What every test body returns.
@@ -180,12 +180,12 @@ impl Store {
     }
 
     /// A client with `model`, all of its tables in this store's engine.
-    pub fn client(&self, model: Model) -> burrow::Result<Client> {
-        Client::open(model.clone(), self.engine_for(model)?)
+    pub fn client(&self, model: Model) -> burrow::Result<Database> {
+        Database::open(model.clone(), self.engine_for(model)?)
     }
 
     /// A client with [`model`].
-    pub fn open(&self) -> burrow::Result<Client> {
+    pub fn open(&self) -> burrow::Result<Database> {
         self.client(model())
     }
 
@@ -265,7 +265,7 @@ impl RemoteHost {
 
     /// A remote engine whose server serves `model` over this host's data.
     fn serve(&self, model: Model) -> burrow::Result<Arc<dyn Storage>> {
-        let hosted = Arc::new(Client::open(model, self.sqlite.clone())?);
+        let hosted = Arc::new(Database::open(model, self.sqlite.clone())?);
         let server = burrow_http::Server::builder(hosted, "root")
             .no_auth()
             .threads(1)

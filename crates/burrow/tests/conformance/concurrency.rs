@@ -296,11 +296,11 @@ fn opposite_batches_over_sqlite_and_memory() -> TestResult {
 
     use burrow::memory::{MemoryEngine, MemoryOptions};
     use burrow::sqlite::SqliteEngine;
-    use burrow::Client;
+    use burrow::Database;
 
     let sqlite = Arc::new(SqliteEngine::memory()?);
     let memory = Arc::new(MemoryEngine::open(MemoryOptions::memory())?);
-    let c = Client::builder(model())
+    let c = Database::builder(model())
         .default_engine(sqlite)
         .place::<Tag>(memory)
         .open()?;

@@ -4,7 +4,9 @@
 use std::collections::BTreeMap;
 use std::fmt::Display;
 
-use burrow::{params, Batch, BatchResult, Client, Currency, Error, ErrorKind, Model, Orm, Record};
+use burrow::{
+    params, Batch, BatchResult, Currency, Database, Error, ErrorKind, Model, Orm, Record,
+};
 use proptest::collection::vec;
 use proptest::prelude::*;
 use proptest::test_runner::{Config, TestCaseError, TestRunner};
@@ -152,7 +154,7 @@ fn add_one(c: &impl Orm, model: &mut Map, v: &Vals, what: &str) -> Result<(), Te
     }
 }
 
-fn step(c: &Client, model: &mut Map, op: &Op) -> Result<(), TestCaseError> {
+fn step(c: &Database, model: &mut Map, op: &Op) -> Result<(), TestCaseError> {
     match op {
         Op::Add(v) => add_one(c, model, v, "add")?,
         Op::AddWithId(id, v) => {

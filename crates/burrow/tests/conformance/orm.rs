@@ -99,7 +99,7 @@ fn add_with_id_taken_is_a_unique_violation(f: &dyn Factory) -> TestResult {
     )?;
     // The name of the refused record is free.
     assert!(c
-        .retrieve_where::<Sample>("Name = ?", &params!["second"])?
+        .get_where::<Sample>("Name = ?", &params!["second"])?
         .is_none());
     Ok(())
 }
@@ -155,21 +155,21 @@ fn retrieve_where_finds_the_first_match(f: &dyn Factory) -> TestResult {
     let store = f.fresh()?;
     let c = store.open()?;
     let seeded = seed(&c, "w", 6)?;
-    let found = c.retrieve_where::<Sample>("Name = ?", &params!["w3"])?;
+    let found = c.get_where::<Sample>("Name = ?", &params!["w3"])?;
     same(&found, &Some(seeded[3].clone()), "by name")?;
-    let found = c.retrieve_where::<Sample>("Age >= ? AND Age < ?", &params![2, 3])?;
+    let found = c.get_where::<Sample>("Age >= ? AND Age < ?", &params![2, 3])?;
     same(&found, &Some(seeded[2].clone()), "by a range")?;
     // Several matches: one of them.
     let found = c
-        .retrieve_where::<Sample>("Age > ?", &params![3])?
+        .get_where::<Sample>("Age > ?", &params![3])?
         .ok_or("a match was expected")?;
     assert!(found.age > 3);
     assert!(seeded.contains(&found));
     assert!(c
-        .retrieve_where::<Sample>("Name = ?", &params!["nobody"])?
+        .get_where::<Sample>("Name = ?", &params!["nobody"])?
         .is_none());
     // An empty WHERE: any row.
-    assert!(c.retrieve_where::<Sample>("", &[])?.is_some());
+    assert!(c.get_where::<Sample>("", &[])?.is_some());
     Ok(())
 }
 
@@ -571,10 +571,7 @@ fn unknown_table_is_refused_everywhere(f: &dyn Factory) -> TestResult {
     check(c.retrieve::<Stranger>(1).map(drop), "retrieve")?;
     check(c.get::<Stranger>(1).map(drop), "get")?;
     check(c.retrieve_into(1, &mut x).map(drop), "retrieve_into")?;
-    check(
-        c.retrieve_where::<Stranger>("", &[]).map(drop),
-        "retrieve_where",
-    )?;
+    check(c.get_where::<Stranger>("", &[]).map(drop), "get_where")?;
     check(c.update(&mut x), "update")?;
     check(c.update_fields(&mut x, &["Name"]), "update_fields")?;
     check(c.delete::<Stranger>(1).map(drop), "delete")?;
@@ -617,7 +614,7 @@ fn empty_table_reads(f: &dyn Factory) -> TestResult {
     assert!(c
         .select::<Sample>(&Query::all().order_by("Name").limit(3))?
         .is_empty());
-    assert!(c.retrieve_where::<Sample>("", &[])?.is_none());
+    assert!(c.get_where::<Sample>("", &[])?.is_none());
     assert_eq!(c.one_field_value::<Sample>("Name", "", &[])?, None);
     assert_eq!(c.delete_where::<Sample>("Age > 0", &[])?, 0);
     assert!(!c.delete::<Sample>(1)?);

@@ -2,7 +2,7 @@
 //! and name overrides.
 
 use burrow::chrono::{DateTime, NaiveDate, Utc};
-use burrow::{params, Client, Currency, ErrorKind, Json, Model, Orm, Record};
+use burrow::{params, Currency, Database, ErrorKind, Json, Model, Orm, Record};
 use serde::{Deserialize, Serialize};
 
 use crate::common::*;
@@ -229,7 +229,7 @@ fn check_v2_defaults(old: &EvolveV1, new: &EvolveV2) -> TestResult {
     Ok(())
 }
 
-fn write_through_v2(c: &Client, old: &[EvolveV1]) -> TestResult {
+fn write_through_v2(c: &Database, old: &[EvolveV1]) -> TestResult {
     let mut fresh = EvolveV2 {
         code: "v2-row".into(),
         qty: 3,

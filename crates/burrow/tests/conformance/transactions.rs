@@ -5,7 +5,7 @@ use std::sync::mpsc::{self, RecvTimeoutError};
 use std::thread;
 use std::time::Duration;
 
-use burrow::{Client, Error, ErrorKind, Orm};
+use burrow::{Database, Error, ErrorKind, Orm};
 
 use crate::common::*;
 
@@ -254,10 +254,10 @@ fn transactions_follow_each_other(f: &dyn Factory) -> TestResult {
 
 /// Samples in one fresh store of `f`, tags in another: both stores, and a
 /// client over them (last, so that it is dropped first).
-fn two_engines(f: &dyn Factory) -> Result<(Store, Store, Client), Box<dyn std::error::Error>> {
+fn two_engines(f: &dyn Factory) -> Result<(Store, Store, Database), Box<dyn std::error::Error>> {
     let a = f.fresh()?;
     let b = f.fresh()?;
-    let c = Client::builder(model())
+    let c = Database::builder(model())
         .default_engine(a.engine())
         .place::<Tag>(b.engine())
         .open()?;
@@ -327,7 +327,7 @@ fn other_threads_write_waits_and_survives_the_rollback(f: &dyn Factory) -> TestR
         let theirs: Sample = c.retrieve(id)?;
         assert_eq!(theirs.name, "theirs", "the other thread's write survives");
         assert!(c
-            .retrieve_where::<Sample>("Name = ?", &burrow::params!["mine"])?
+            .get_where::<Sample>("Name = ?", &burrow::params!["mine"])?
             .is_none());
         assert_eq!(c.count::<Sample>("", &[])?, 3);
         Ok(())
@@ -402,7 +402,7 @@ fn opposite_batches_over_two_engines(f: &dyn Factory) -> TestResult {
 
 /// Runs `rounds` batches `[Sample, Tag]` on one thread and `[Tag, Sample]` on
 /// another, and checks every row arrived.
-pub fn opposite_batches(c: &Client, rounds: usize) -> TestResult {
+pub fn opposite_batches(c: &Database, rounds: usize) -> TestResult {
     thread::scope(|s| -> TestResult {
         let workers: Vec<_> = [false, true]
             .into_iter()

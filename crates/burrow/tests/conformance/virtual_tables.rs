@@ -6,7 +6,7 @@ use std::sync::Arc;
 
 use burrow::chrono::{DateTime, NaiveDate, Utc};
 use burrow::sqlite::SqliteEngine;
-use burrow::{Client, Currency, Model, Orm, Record};
+use burrow::{Currency, Database, Model, Orm, Record};
 
 use crate::common::*;
 
@@ -32,7 +32,7 @@ fn at(s: &str) -> Result<DateTime<Utc>, Box<dyn std::error::Error>> {
 fn filters_answer_as_sqlite_does(f: &dyn Factory) -> TestResult {
     let store = f.fresh()?;
     let main = Arc::new(SqliteEngine::memory()?);
-    let client = Client::builder(Model::new().with::<Visit>())
+    let client = Database::builder(Model::new().with::<Visit>())
         .default_engine(main.clone())
         .place::<Visit>(store.engine_for(Model::new().with::<Visit>())?)
         .open()?;

@@ -52,16 +52,16 @@ impl Model {
 /// The in-process client: a model whose tables are each held by an engine.
 ///
 /// ```ignore
-/// let client = Client::builder(model)
+/// let client = Database::builder(model)
 ///     .default_engine(sqlite)          // every table not placed elsewhere
 ///     .place::<Session>(memory)         // this one in the memory engine
 ///     .open()?;                         // creates or upgrades the tables
 /// ```
 ///
 /// Every call made on the client is its own transaction on the engine that
-/// holds the table. [`Client::transaction`] opens one over every engine of
+/// holds the table. [`Database::transaction`] opens one over every engine of
 /// the model, as a value the calls of that unit of work go through.
-pub struct Client {
+pub struct Database {
     model: Model,
     routes: Vec<(&'static Table, usize)>,
     /// In the one order every client takes engines in (see
@@ -72,15 +72,15 @@ pub struct Client {
     sql: Option<usize>,
 }
 
-impl Client {
+impl Database {
     /// Opens `model` with every table in `engine`.
-    pub fn open(model: Model, engine: Arc<dyn Storage>) -> Result<Client> {
-        Client::builder(model).default_engine(engine).open()
+    pub fn open(model: Model, engine: Arc<dyn Storage>) -> Result<Database> {
+        Database::builder(model).default_engine(engine).open()
     }
 
     /// Starts placing the tables of `model` in engines.
-    pub fn builder(model: Model) -> ClientBuilder {
-        ClientBuilder {
+    pub fn builder(model: Model) -> DatabaseBuilder {
+        DatabaseBuilder {
             model,
             default: None,
             placed: Vec::new(),
@@ -155,7 +155,7 @@ impl Client {
         Transaction::begin(transaction::ClientRef::Borrowed(self))
     }
 
-    /// [`Client::transaction`] on a shared client: the handle owns its
+    /// [`Database::transaction`] on a shared client: the handle owns its
     /// reference, so it can be kept between calls (a server keeps one per
     /// connection between `BEGIN` and `END`).
     pub fn transaction_shared(self: &Arc<Self>) -> Result<Transaction<'static>> {
@@ -172,7 +172,7 @@ impl Client {
     }
 }
 
-impl Orm for Client {
+impl Orm for Database {
     #[inline]
     fn route(&self, table: &'static Table) -> Result<&dyn RowOps> {
         let e = self.engine_index(table)?;
@@ -198,14 +198,14 @@ impl Orm for Client {
     }
 }
 
-/// Places the tables of a model in engines; see [`Client::builder`].
-pub struct ClientBuilder {
+/// Places the tables of a model in engines; see [`Database::builder`].
+pub struct DatabaseBuilder {
     model: Model,
     default: Option<Arc<dyn Storage>>,
     placed: Vec<(&'static Table, Arc<dyn Storage>)>,
 }
 
-impl ClientBuilder {
+impl DatabaseBuilder {
     /// The engine of every table not placed elsewhere.
     pub fn default_engine(mut self, engine: Arc<dyn Storage>) -> Self {
         self.default = Some(engine);
@@ -219,7 +219,7 @@ impl ClientBuilder {
     }
 
     /// Creates or upgrades every table in its engine and returns the client.
-    pub fn open(self) -> Result<Client> {
+    pub fn open(self) -> Result<Database> {
         let mut engines: Vec<Arc<dyn Storage>> = Vec::new();
         let mut index_of = |e: &Arc<dyn Storage>| {
             engines
@@ -276,7 +276,7 @@ impl ClientBuilder {
                 }
             }
         }
-        Ok(Client {
+        Ok(Database {
             model: self.model,
             routes,
             engines,
