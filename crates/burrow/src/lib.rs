@@ -64,7 +64,7 @@ pub mod memory {
 }
 
 /// The HTTP server and the HTTP client engine (feature `http`); both take an
-/// [`OrmCache`](crate::OrmCache).
+/// [`OrmCache`].
 #[cfg(feature = "http")]
 #[cfg_attr(docsrs, doc(cfg(feature = "http")))]
 pub mod http {
