@@ -69,26 +69,14 @@ impl Query {
     /// Checks the query against `table`: every name must be a column, every
     /// parameter of the right type.
     pub fn resolve(&self, table: &Table) -> Result<Select> {
-        let filter = Filter::parse(table, &self.where_text, &self.params)?;
-        let order = self
-            .order
-            .iter()
-            .map(|(name, desc)| {
-                table
-                    .column(name)
-                    .map(|c| (c, *desc))
-                    .ok_or_else(|| Error::UnknownField {
-                        table: table.name,
-                        field: name.clone(),
-                    })
-            })
-            .collect::<Result<_>>()?;
-        Ok(Select {
-            filter,
-            order,
-            limit: self.limit,
-            offset: self.offset,
-        })
+        Select::checked(
+            table,
+            &self.where_text,
+            &self.params,
+            &self.order,
+            self.limit,
+            self.offset,
+        )
     }
 }
 
@@ -106,6 +94,37 @@ pub struct Select {
 }
 
 impl Select {
+    /// Checks a WHERE clause (with its `?` parameters) and sort columns,
+    /// given by name with `true` for descending, against `table`.
+    pub fn checked(
+        table: &Table,
+        where_text: &str,
+        params: &[Value],
+        order: &[(String, bool)],
+        limit: Option<u64>,
+        offset: u64,
+    ) -> Result<Select> {
+        let filter = Filter::parse(table, where_text, params)?;
+        let order = order
+            .iter()
+            .map(|(name, desc)| {
+                table
+                    .column(name)
+                    .map(|c| (c, *desc))
+                    .ok_or_else(|| Error::UnknownField {
+                        table: table.name,
+                        field: name.clone(),
+                    })
+            })
+            .collect::<Result<_>>()?;
+        Ok(Select {
+            filter,
+            order,
+            limit,
+            offset,
+        })
+    }
+
     /// Every row, in no particular order.
     pub fn all() -> Self {
         Select::default()

@@ -11,7 +11,7 @@
 //! tables, functions, sub-selects, `GROUP BY`, `UNION`) is refused; a statement
 //! that writes is refused as a right the caller does not have.
 
-use burrow_core::{Column, Error, Filter, Model, Select, Table};
+use burrow_core::{Column, Error, Model, Select, Table};
 
 /// Why a statement is refused.
 #[derive(Debug)]
@@ -211,26 +211,14 @@ fn unquote(s: &str) -> &str {
 
 /// Turns a [`Tail`] into a checked [`Select`] on `table`.
 pub(crate) fn resolve(table: &'static Table, tail: &Tail) -> Result<Select, Error> {
-    let filter = Filter::parse(table, &tail.where_text, &[])?;
-    let order = tail
-        .order
-        .iter()
-        .map(|(name, desc)| {
-            table
-                .column(name)
-                .map(|c| (c, *desc))
-                .ok_or_else(|| Error::UnknownField {
-                    table: table.name,
-                    field: name.clone(),
-                })
-        })
-        .collect::<Result<_, _>>()?;
-    Ok(Select {
-        filter,
-        order,
-        limit: tail.limit,
-        offset: tail.offset.unwrap_or(0),
-    })
+    Select::checked(
+        table,
+        &tail.where_text,
+        &[],
+        &tail.order,
+        tail.limit,
+        tail.offset.unwrap_or(0),
+    )
 }
 
 const WRITES: &[&str] = &[
