@@ -488,7 +488,8 @@ fn object<'a>(
 ) -> Result<(Rec, Vec<usize>)> {
     let mut rec = zero_row(t, cells);
     let start = rec.start;
-    let present = json::read_members(r, t, &mut rec.id, |r, i| {
+    let mut present = Vec::with_capacity(t.fields.len());
+    json::read_members(r, t, &mut rec.id, &mut present, |r, i| {
         cells[start + i] = cell(r, t, i)?;
         Ok(())
     })?;

@@ -907,21 +907,23 @@ fn plain_end(b: &[u8], mut i: usize) -> std::result::Result<usize, usize> {
 
 /// Reads the members of a JSON object naming fields of `table`: an `ID` (or
 /// `RowID`) member goes to `id`, each field's value to `field(reader, index)`.
-/// Returns the fields named, in the order first met. A member that is not a
+/// `present` is cleared, then holds the fields named, in the order first met
+/// (a list reuses one buffer for all its rows). A member that is not a
 /// column of the table is an [`Error::UnknownField`].
 pub fn read_members<'a>(
     r: &mut Reader<'a>,
     table: &'static Table,
     id: &mut i64,
+    present: &mut Vec<usize>,
     mut field: impl FnMut(&mut Reader<'a>, usize) -> Result<()>,
-) -> Result<Vec<usize>> {
-    let mut present = Vec::with_capacity(table.fields.len());
+) -> Result<()> {
+    present.clear();
     if r.peek() != Some(b'{') {
         return r.fail("expected an object");
     }
     r.expect(b'{')?;
     if r.eat(b'}') {
-        return Ok(present);
+        return Ok(());
     }
     loop {
         let name = r.string()?;
@@ -946,7 +948,7 @@ pub fn read_members<'a>(
             }
         }
         if !r.more(b'}')? {
-            return Ok(present);
+            return Ok(());
         }
     }
 }
@@ -967,7 +969,8 @@ fn body_text(body: &[u8]) -> Result<&str> {
 pub fn read_row(table: &'static Table, body: &[u8]) -> Result<(OwnedRow, Vec<usize>)> {
     let mut r = Reader::new(body_text(body)?);
     let mut row = OwnedRow::zero(table);
-    let present = read_members(&mut r, table, &mut row.id, |r, i| {
+    let mut present = Vec::with_capacity(table.fields.len());
+    read_members(&mut r, table, &mut row.id, &mut present, |r, i| {
         row.values[i] = r.field(table, i)?;
         Ok(())
     })?;
@@ -983,10 +986,11 @@ pub fn parse_list(table: &'static Table, body: &[u8]) -> Result<Vec<OwnedRow>> {
     let rows = match r.peek() {
         Some(b'[') => {
             let mut rows = Vec::new();
+            let mut present = Vec::with_capacity(table.fields.len());
             let mut more = r.open_array()?;
             while more {
                 let mut row = OwnedRow::zero(table);
-                read_members(&mut r, table, &mut row.id, |r, i| {
+                read_members(&mut r, table, &mut row.id, &mut present, |r, i| {
                     row.values[i] = r.field(table, i)?;
                     Ok(())
                 })?;
