@@ -92,23 +92,32 @@ pub(crate) fn error_response(e: &Error) -> Response {
             at,
             expected,
             found,
-        } => {
-            r.body.pop();
-            for (name, v) in [
+        } => add_members(
+            &mut r,
+            &[
                 ("at", at.as_str()),
                 ("expected", expected),
                 ("found", found),
-            ] {
-                r.body.push(b',');
-                burrow_core::json::write_str(&mut r.body, name);
-                r.body.push(b':');
-                burrow_core::json::write_str(&mut r.body, v);
-            }
-            r.body.push(b'}');
+            ],
+        ),
+        Error::UniqueViolation { table, detail } => {
+            add_members(&mut r, &[("table", table.as_str()), ("detail", detail)])
         }
         _ => {}
     }
     r
+}
+
+/// Adds text members to an error body (`{"errorCode":…,"errorText":…}`).
+fn add_members(r: &mut Response, members: &[(&str, &str)]) {
+    r.body.pop();
+    for (name, v) in members {
+        r.body.push(b',');
+        burrow_core::json::write_str(&mut r.body, name);
+        r.body.push(b':');
+        burrow_core::json::write_str(&mut r.body, v);
+    }
+    r.body.push(b'}');
 }
 
 /// The one HTTP status of each error kind.

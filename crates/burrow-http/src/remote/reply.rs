@@ -103,15 +103,20 @@ impl Reply {
         let text = self.text();
         match self.status {
             409 => {
-                let table = table.map_or_else(String::new, |t| t.name.to_owned());
-                // The server words the error as this type does: its detail
-                // comes back without the prefix, which Display adds again.
-                let prefix = format!("duplicate value refused by a unique key of {table}: ");
-                let detail = match text.strip_prefix(&prefix) {
-                    Some(d) => d.to_owned(),
-                    None => text,
+                let v = serde_json::from_slice::<serde_json::Value>(&self.body).ok();
+                let member = |name: &str| {
+                    v.as_ref()
+                        .and_then(|v| v.get(name)?.as_str())
+                        .map(str::to_owned)
                 };
-                Error::UniqueViolation { table, detail }
+                Error::UniqueViolation {
+                    table: member("table")
+                        .or_else(|| table.map(|t| t.name.to_owned()))
+                        .unwrap_or_default(),
+                    // A server that sends no detail (a mORMot one) has its
+                    // whole text kept.
+                    detail: member("detail").unwrap_or(text),
+                }
             }
             401 | 403 | 429 => Error::Denied {
                 status: self.status,
