@@ -7,6 +7,14 @@ use burrow_http::TxLimits;
 
 use crate::common::*;
 
+/// Waits (at most 5 s) until `done`; the assertion after it says whether it came.
+fn wait_until(mut done: impl FnMut() -> bool) {
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while !done() && Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(5));
+    }
+}
+
 const ANN: &str = "Authorization: Bearer tok-ann\r\n";
 
 fn tok_bob(addr: std::net::SocketAddr) -> String {
@@ -67,10 +75,7 @@ fn open_transactions_are_capped() -> TestResult {
     // place meanwhile, and a third is refused at once.
     let mut second = RawConn::open(addr);
     second.send(b"BEGIN /root HTTP/1.1\r\nHost: test\r\nContent-Length: 0\r\n\r\n");
-    let deadline = Instant::now() + Duration::from_secs(5);
-    while server.transactions_open() < 2 && Instant::now() < deadline {
-        std::thread::sleep(Duration::from_millis(5));
-    }
+    wait_until(|| server.transactions_open() == 2);
     assert_eq!(server.transactions_open(), 2);
     let started = Instant::now();
     let r = raw(addr, "BEGIN", "/root", "", b"");
@@ -96,33 +101,42 @@ fn open_transactions_are_capped() -> TestResult {
     Ok(())
 }
 
-#[test]
-fn a_silent_transaction_is_rolled_back_and_its_connection_closed() -> TestResult {
-    let (server, hosted) = server_with(|b| {
-        b.no_auth().transactions(TxLimits {
-            idle_timeout: Duration::from_millis(300),
-            ..TxLimits::default()
-        })
-    });
-    let addr = server.local_addr();
-    let mut c = RawConn::open(addr);
-    assert_eq!(
-        c.request("BEGIN", "/root", "", b"").map(|r| r.status),
-        Some(200)
-    );
+/// A server with these limits, and a connection whose open transaction has
+/// written one row.
+fn writing_transaction(
+    limits: TxLimits,
+) -> Result<
+    (
+        burrow_http::Server,
+        std::sync::Arc<burrow_core::Database>,
+        RawConn,
+    ),
+    Box<dyn std::error::Error>,
+> {
+    let (server, hosted) = server_with(|b| b.no_auth().transactions(limits));
+    let mut c = RawConn::open(server.local_addr());
+    let r = c.request("BEGIN", "/root", "", b"").ok_or("no answer")?;
+    assert_eq!(r.status, 200, "{}", r.text());
     let r = c
         .request("POST", "/root/Sample", "", br#"{"FirstName":"x"}"#)
         .ok_or("no answer")?;
-    assert_eq!(r.status, 201);
+    assert_eq!(r.status, 201, "{}", r.text());
+    Ok((server, hosted, c))
+}
+
+#[test]
+fn a_silent_transaction_is_rolled_back_and_its_connection_closed() -> TestResult {
+    let (server, hosted, mut c) = writing_transaction(TxLimits {
+        idle_timeout: Duration::from_millis(300),
+        ..TxLimits::default()
+    })?;
+    let addr = server.local_addr();
     // Silent past the idle time: the server closes the connection...
     let started = Instant::now();
     assert!(c.read().is_none(), "the connection stays open");
     assert!(started.elapsed() < Duration::from_secs(5));
     // ...and the write is gone, with the engine free for the next writer.
-    let deadline = Instant::now() + Duration::from_secs(5);
-    while count(&*hosted) != 0 && Instant::now() < deadline {
-        std::thread::sleep(Duration::from_millis(10));
-    }
+    wait_until(|| count(&*hosted) == 0);
     assert_eq!(count(&*hosted), 0);
     let r = raw(addr, "POST", "/root/Sample", "", br#"{"FirstName":"y"}"#);
     assert_eq!(r.status, 201);
@@ -131,22 +145,10 @@ fn a_silent_transaction_is_rolled_back_and_its_connection_closed() -> TestResult
 
 #[test]
 fn a_transaction_held_too_long_is_rolled_back() -> TestResult {
-    let (server, hosted) = server_with(|b| {
-        b.no_auth().transactions(TxLimits {
-            max_lifetime: Duration::from_millis(400),
-            ..TxLimits::default()
-        })
-    });
-    let addr = server.local_addr();
-    let mut c = RawConn::open(addr);
-    assert_eq!(
-        c.request("BEGIN", "/root", "", b"").map(|r| r.status),
-        Some(200)
-    );
-    let r = c
-        .request("POST", "/root/Sample", "", br#"{"FirstName":"x"}"#)
-        .ok_or("no answer")?;
-    assert_eq!(r.status, 201);
+    let (_server, hosted, mut c) = writing_transaction(TxLimits {
+        max_lifetime: Duration::from_millis(400),
+        ..TxLimits::default()
+    })?;
     // Kept busy with reads, it still ends at its lifetime: the request
     // that finds it expired gets 408, or, when the lifetime runs out
     // between two requests, the connection is closed.
@@ -165,10 +167,7 @@ fn a_transaction_held_too_long_is_rolled_back() -> TestResult {
         let r = c.request("END", "/root", "", b"").ok_or("no answer")?;
         assert_error(&r, 400);
     }
-    let deadline = Instant::now() + Duration::from_secs(5);
-    while count(&*hosted) != 0 && Instant::now() < deadline {
-        std::thread::sleep(Duration::from_millis(10));
-    }
+    wait_until(|| count(&*hosted) == 0);
     assert_eq!(count(&*hosted), 0);
     Ok(())
 }
