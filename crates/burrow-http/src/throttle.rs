@@ -71,11 +71,24 @@ struct Failures {
     until: Instant,
 }
 
+/// The failures remembered, and when stale ones were last dropped.
+struct Remembered {
+    map: HashMap<Key, Failures>,
+    pruned: Instant,
+}
+
+/// Password checks running, and logins waiting for a place.
+#[derive(Default)]
+struct Checks {
+    running: usize,
+    waiting: usize,
+}
+
 /// The login bounds' state, one per server.
 pub(crate) struct Throttle {
     limits: LoginLimits,
-    failures: Mutex<HashMap<Key, Failures>>,
-    checks: Mutex<usize>,
+    failures: Mutex<Remembered>,
+    checks: Mutex<Checks>,
     freed: Condvar,
 }
 
@@ -84,7 +97,11 @@ pub(crate) struct CheckPermit<'a>(&'a Throttle);
 
 impl Drop for CheckPermit<'_> {
     fn drop(&mut self) {
-        *self.0.checks.lock().unwrap_or_else(PoisonError::into_inner) -= 1;
+        self.0
+            .checks
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .running -= 1;
         self.0.freed.notify_one();
     }
 }
@@ -93,8 +110,11 @@ impl Throttle {
     pub(crate) fn new(limits: LoginLimits) -> Self {
         Throttle {
             limits,
-            failures: Mutex::new(HashMap::new()),
-            checks: Mutex::new(0),
+            failures: Mutex::new(Remembered {
+                map: HashMap::new(),
+                pruned: Instant::now(),
+            }),
+            checks: Mutex::new(Checks::default()),
             freed: Condvar::new(),
         }
     }
@@ -106,7 +126,8 @@ impl Throttle {
     /// Whether a login for `user` from `addr` may be tried now.
     pub(crate) fn admit(&self, user: &str, addr: Option<IpAddr>) -> Result<(), Refused> {
         let now = Instant::now();
-        let map = self.failures.lock().unwrap_or_else(PoisonError::into_inner);
+        let remembered = self.failures.lock().unwrap_or_else(PoisonError::into_inner);
+        let map = &remembered.map;
         // A name or address that found no room shares the overflow count.
         let full = map.len() >= self.limits.max_tracked;
         let wait = Self::keys(user, addr)
@@ -127,22 +148,30 @@ impl Throttle {
     }
 
     /// A place for one password check, waited for at most
-    /// [`LoginLimits::check_wait`].
+    /// [`LoginLimits::check_wait`]. At most 8 logins per place wait: each
+    /// holds a thread while it does, so a flood is refused at once.
     pub(crate) fn check(&self) -> Result<CheckPermit<'_>, Refused> {
+        let max = self.limits.max_checks.max(1);
         let deadline = Instant::now() + self.limits.check_wait;
-        let mut running = self.checks.lock().unwrap_or_else(PoisonError::into_inner);
-        while *running >= self.limits.max_checks.max(1) {
+        let mut c = self.checks.lock().unwrap_or_else(PoisonError::into_inner);
+        if c.running >= max && c.waiting >= max * 8 {
+            return Err(Refused::Busy);
+        }
+        c.waiting += 1;
+        while c.running >= max {
             let left = deadline.saturating_duration_since(Instant::now());
             if left.is_zero() {
+                c.waiting -= 1;
                 return Err(Refused::Busy);
             }
-            running = self
+            c = self
                 .freed
-                .wait_timeout(running, left)
+                .wait_timeout(c, left)
                 .unwrap_or_else(PoisonError::into_inner)
                 .0;
         }
-        *running += 1;
+        c.waiting -= 1;
+        c.running += 1;
         Ok(CheckPermit(self))
     }
 
@@ -150,13 +179,19 @@ impl Throttle {
     pub(crate) fn failed(&self, user: &str, addr: Option<IpAddr>) {
         let l = &self.limits;
         let now = Instant::now();
-        let mut map = self.failures.lock().unwrap_or_else(PoisonError::into_inner);
+        let mut remembered = self.failures.lock().unwrap_or_else(PoisonError::into_inner);
+        let Remembered { map, pruned } = &mut *remembered;
         for key in Self::keys(user, addr).into_iter().flatten() {
             let key = if map.contains_key(&key) || map.len() < l.max_tracked {
                 key
             } else {
-                // Full: forget what has stopped mattering, else share a count.
-                map.retain(|_, f| now.duration_since(f.last) < l.max_delay);
+                // Full: forget what has stopped mattering, else share a
+                // count. At most once a second: under a flood of failures
+                // from many addresses, a scan per failure would hold the lock.
+                if now.duration_since(*pruned) >= Duration::from_secs(1) {
+                    map.retain(|_, f| now.duration_since(f.last) < l.max_delay);
+                    *pruned = now;
+                }
                 if map.len() < l.max_tracked {
                     key
                 } else {
@@ -187,9 +222,9 @@ impl Throttle {
 
     /// Forgets the failures of `user` and `addr` after a successful login.
     pub(crate) fn succeeded(&self, user: &str, addr: Option<IpAddr>) {
-        let mut map = self.failures.lock().unwrap_or_else(PoisonError::into_inner);
+        let mut remembered = self.failures.lock().unwrap_or_else(PoisonError::into_inner);
         for key in Self::keys(user, addr).into_iter().flatten() {
-            map.remove(&key);
+            remembered.map.remove(&key);
         }
     }
 }
@@ -255,7 +290,7 @@ mod test {
                 t.failed(&format!("user{i}"), Some(IpAddr::from([127, 0, 1, i])));
             }
         }
-        assert!(t.failures.lock().unwrap().len() <= 4);
+        assert!(t.failures.lock().unwrap().map.len() <= 4);
         // Names that did not fit are throttled together.
         assert!(matches!(
             t.admit("user49", None),
@@ -269,6 +304,8 @@ mod test {
         let first = t.check().expect("a place");
         let second = t.check().expect("a place");
         assert_eq!(t.check().err(), Some(Refused::Busy));
+        // The waiter gave its place in the queue back.
+        assert_eq!(t.checks.lock().unwrap().waiting, 0);
         drop(first);
         let third = t.check().expect("a place freed");
         drop((second, third));
