@@ -43,14 +43,17 @@ impl TxLine {
             *slot = None;
             self.writes.end(cache, false);
         }
-        r.map(|(reply, _)| reply).map_err(Retry::into_error)
+        // Whatever cut the exchange, the transaction went with its
+        // connection: the server rolled it back, this call included.
+        r.map(|(reply, _)| reply).map_err(|_| lost())
     }
 }
 
 #[cold]
 fn lost() -> Error {
     Error::Transaction(
-        "the remote transaction's connection closed, and the server rolled the transaction back",
+        "the remote transaction's connection closed (the server's idle or lifetime limit for \
+         transactions, a shutdown, or the network), and the server rolled the transaction back",
     )
 }
 

@@ -3,6 +3,7 @@
 
 use std::time::{Duration, Instant};
 
+use burrow_core::Orm;
 use burrow_http::TxLimits;
 
 use crate::common::*;
@@ -169,5 +170,29 @@ fn a_transaction_held_too_long_is_rolled_back() -> TestResult {
     }
     wait_until(|| count(&*hosted) == 0);
     assert_eq!(count(&*hosted), 0);
+    Ok(())
+}
+
+/// A Burrow client whose transaction the server closed for silence: its
+/// next call fails, and neither it nor the earlier write lands outside
+/// the transaction.
+#[test]
+fn a_client_transaction_closed_for_silence_fails_and_writes_nothing() -> TestResult {
+    let (server, hosted) = server_with(|b| {
+        b.no_auth().transactions(TxLimits {
+            idle_timeout: Duration::from_millis(200),
+            ..TxLimits::default()
+        })
+    });
+    let db = remote(&server);
+    let tx = db.transaction()?;
+    tx.add(&mut sample(1))?;
+    std::thread::sleep(Duration::from_millis(600));
+    let e = tx.add(&mut sample(2)).unwrap_err();
+    assert!(e.to_string().contains("rolled the transaction back"), "{e}");
+    assert!(tx.commit().is_err());
+    wait_until(|| count(&*hosted) == 0);
+    assert_eq!(count(&*hosted), 0);
+    assert_eq!(count(&db), 0);
     Ok(())
 }
