@@ -90,14 +90,14 @@ mod response;
 pub(crate) mod wire;
 
 use std::future::Future;
-use std::net::SocketAddr;
+use std::net::{SocketAddr, ToSocketAddrs};
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
 use burrow_core::Result;
 use tokio::io::AsyncWriteExt;
-use tokio::net::TcpListener;
+use tokio::net::{TcpListener, TcpSocket};
 use tokio::sync::watch;
 use tokio::time::timeout;
 
@@ -204,6 +204,9 @@ pub struct HttpServerBuilder<H> {
     limits: Limits,
     threads: usize,
     server_name: String,
+    reuse_port: bool,
+    backlog: u32,
+    on_thread_start: Option<Arc<dyn Fn() + Send + Sync>>,
     #[cfg(feature = "tls")]
     tls: Option<(Vec<u8>, Vec<u8>)>,
 }
@@ -218,6 +221,30 @@ impl<H: Handler> HttpServerBuilder<H> {
     /// Event-loop threads (default: one per core).
     pub fn threads(mut self, n: usize) -> Self {
         self.threads = n.max(1);
+        self
+    }
+
+    /// Lets several servers listen on the same address and port (Unix
+    /// `SO_REUSEPORT`; the kernel spreads new connections among them), so
+    /// that each can run its own event loop with its own resources. Off by
+    /// default: a second bind of a port in use then fails, as it should.
+    pub fn reuse_port(mut self, on: bool) -> Self {
+        self.reuse_port = on;
+        self
+    }
+
+    /// The listen backlog: connections the kernel queues before they are
+    /// accepted (default 4,096; the kernel caps it at `somaxconn`). A burst
+    /// of thousands of connects needs a deep one.
+    pub fn backlog(mut self, n: u32) -> Self {
+        self.backlog = n.max(1);
+        self
+    }
+
+    /// Runs `f` on each event-loop thread as it starts (to pin it to a CPU,
+    /// say).
+    pub fn on_thread_start(mut self, f: impl Fn() + Send + Sync + 'static) -> Self {
+        self.on_thread_start = Some(Arc::new(f));
         self
     }
 
@@ -237,7 +264,7 @@ impl<H: Handler> HttpServerBuilder<H> {
     }
 
     /// Binds `addr` (e.g. `127.0.0.1:0`) and starts serving.
-    pub fn bind(self, addr: impl std::net::ToSocketAddrs) -> Result<HttpServer<H>> {
+    pub fn bind(self, addr: impl ToSocketAddrs) -> Result<HttpServer<H>> {
         #[cfg(feature = "tls")]
         let tls = match &self.tls {
             Some((cert, key)) => Some(crate::tls::acceptor(cert, key)?),
@@ -245,15 +272,18 @@ impl<H: Handler> HttpServerBuilder<H> {
         };
         #[cfg(not(feature = "tls"))]
         let tls: Option<Tls> = None;
-        let std_listener = std::net::TcpListener::bind(addr)?;
-        std_listener.set_nonblocking(true)?;
-        let local = std_listener.local_addr()?;
-        let runtime = tokio::runtime::Builder::new_multi_thread()
-            .worker_threads(self.threads)
+        let addr = addr.to_socket_addrs()?.next().ok_or_else(|| {
+            burrow_core::Error::BadInput("the address to bind resolves to nothing".into())
+        })?;
+        let mut rt = tokio::runtime::Builder::new_multi_thread();
+        rt.worker_threads(self.threads)
             .thread_name("burrow-http")
             .enable_io()
-            .enable_time()
-            .build()?;
+            .enable_time();
+        if let Some(f) = self.on_thread_start.clone() {
+            rt.on_thread_start(move || f());
+        }
+        let runtime = rt.build()?;
         let core = Arc::new(Core {
             handler: self.handler,
             limits: self.limits,
@@ -264,8 +294,23 @@ impl<H: Handler> HttpServerBuilder<H> {
         let (stop_tx, stop_rx) = watch::channel(false);
         let listener = {
             let _g = runtime.enter();
-            TcpListener::from_std(std_listener)?
+            let socket = if addr.is_ipv4() {
+                TcpSocket::new_v4()?
+            } else {
+                TcpSocket::new_v6()?
+            };
+            // As std's bind does on Unix: a restarted server can bind while
+            // its old connections linger in TIME_WAIT.
+            #[cfg(unix)]
+            socket.set_reuseaddr(true)?;
+            #[cfg(unix)]
+            if self.reuse_port {
+                socket.set_reuseport(true)?;
+            }
+            socket.bind(addr)?;
+            socket.listen(self.backlog)?
         };
+        let local = listener.local_addr()?;
         let scheme = if tls.is_some() { "https" } else { "http" };
         let accept = runtime.spawn(accept_loop(core.clone(), listener, tls, stop_rx));
         Ok(HttpServer {
@@ -305,6 +350,9 @@ impl<H: Handler> HttpServer<H> {
             limits: Limits::default(),
             threads: std::thread::available_parallelism().map_or(2, |n| n.get()),
             server_name: format!("Burrow/{}", env!("CARGO_PKG_VERSION")),
+            reuse_port: false,
+            backlog: 4096,
+            on_thread_start: None,
             #[cfg(feature = "tls")]
             tls: None,
         }
