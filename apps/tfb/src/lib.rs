@@ -95,8 +95,8 @@ impl Config {
             servers: cpus,
             threads: 1,
             pin: false,
-            pg_conns: 2,
-            orm_pool: 4 * cpus,
+            pg_conns: 4,
+            orm_pool: 8 * cpus,
         }
     }
 }
