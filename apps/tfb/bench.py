@@ -18,6 +18,7 @@ import argparse
 import json
 import os
 import re
+import resource
 import shutil
 import signal
 import socket
@@ -191,6 +192,10 @@ def main():
     ap.add_argument("--burrow-args", default="", help="more burrow-tfb options, e.g. '--pg-conns 4'")
     ap.add_argument("--json", help="write the figures here too")
     args = ap.parse_args()
+    # wrk holds a descriptor per connection: 16,384 need more than the
+    # usual soft limit; the servers it starts inherit the raised one too.
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
     if not shutil.which("wrk"):
         sys.exit("wrk is not installed (Debian: apt-get install wrk)")
     if not os.path.exists(args.burrow):
