@@ -32,25 +32,22 @@ command -v curl >/dev/null || die "curl is not installed (apt-get install -y cur
 cargo build --release -p burrow-http --example serve --manifest-path "$root/Cargo.toml" >&2
 target=${CARGO_TARGET_DIR:-$root/target}
 work=$(mktemp -d)
-fifo="$work/stdin"
-mkfifo "$fifo"
-# The server serves until its standard input closes: fd 3 holds it open.
+# The server serves until SIGTERM, then shuts down gracefully.
 "$target/release/examples/serve" "127.0.0.1:$port" "$rows" "$exec_mode" \
-  <"$fifo" >"$work/out" 2>"$work/err" &
+  </dev/null >"$work/out" 2>"$work/err" &
 pid=$!
-exec 3>"$fifo"
 
 cleanup() {
   local status=$?
-  exec 3>&-
+  kill -TERM "$pid" 2>/dev/null || true
   # Give the server time to shut down gracefully, then stop it.
   for _ in $(seq 1 100); do
     kill -0 "$pid" 2>/dev/null || break
     sleep 0.1
   done
   if kill -0 "$pid" 2>/dev/null; then
-    echo "loadcheck: the server did not stop when its input closed; killing $pid" >&2
-    kill "$pid" 2>/dev/null || true
+    echo "loadcheck: the server did not stop on SIGTERM; killing $pid" >&2
+    kill -KILL "$pid" 2>/dev/null || true
     status=1
   fi
   wait "$pid" 2>/dev/null || true

@@ -1,7 +1,7 @@
 //! A Burrow server over in-memory SQLite with sample rows, for load checks:
 //! `cargo run --release -p burrow-http --example serve -- 127.0.0.1:8080 10000 [inline|pool]`.
-//! Prints its URL, then serves until it reads a line on standard input (or
-//! its input closes).
+//! Prints its URL, then serves until Ctrl-C or SIGTERM, and shuts down
+//! gracefully.
 
 use std::sync::Arc;
 
@@ -51,8 +51,6 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         .execution(execution)
         .bind(addr)?;
     println!("{}", server.url());
-    let mut line = String::new();
-    let _ = std::io::stdin().read_line(&mut line);
-    server.shutdown();
+    server.run_until_signal()?;
     Ok(())
 }
