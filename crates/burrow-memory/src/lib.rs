@@ -95,6 +95,7 @@
 //! one engine (above).
 
 mod arena;
+mod backup;
 mod ids;
 mod layout;
 mod options;

@@ -152,6 +152,10 @@ fn backup_while_two_writers_commit_is_one_committed_state() -> TestResult {
             })
             .collect();
         while commits.load(Ordering::Relaxed) < 20 {
+            if let Some(w) = writers.iter().position(|w| w.is_finished()) {
+                let failed = writers.into_iter().nth(w).map(|w| w.join());
+                panic!("a writer stopped early: {failed:?}");
+            }
             std::thread::yield_now();
         }
         let before = commits.load(Ordering::Relaxed);
