@@ -158,6 +158,12 @@ fn backup_while_two_writers_commit_is_one_committed_state() -> TestResult {
         // Several backups in a row, the writers committing in between.
         let before = commits.load(Ordering::Relaxed);
         for _ in 0..3 {
+            // Backups between commits, not before the writers start.
+            let seen = commits.load(Ordering::Relaxed);
+            let t = std::time::Instant::now();
+            while commits.load(Ordering::Relaxed) == seen && t.elapsed().as_secs() < 30 {
+                std::thread::yield_now();
+            }
             if gzip {
                 engine.backup_gz(&target)?;
             } else {

@@ -171,6 +171,15 @@ fn backup_while_two_writers_commit_is_one_committed_state() -> TestResult {
         let summary = engine.backup_with(&target, &options, |p| {
             calls += 1;
             assert!(p.pages_done <= p.pages_total);
+            if calls == 1 {
+                // The lock is free between steps: a writer commits here,
+                // between the first step and the next.
+                let seen = commits.load(Ordering::Relaxed);
+                let t = std::time::Instant::now();
+                while commits.load(Ordering::Relaxed) == seen && t.elapsed().as_secs() < 30 {
+                    std::thread::sleep(Duration::from_millis(1));
+                }
+            }
         })?;
         let during = commits.load(Ordering::Relaxed) - before;
         stop.store(true, Ordering::Relaxed);
