@@ -93,8 +93,18 @@
 //! declares are kept too, and new ones get NULL or the type's zero value, as
 //! SQLite's `ADD COLUMN` would give; kinds change only as between versions on
 //! one engine (above).
+//!
+//! # Backup
+//!
+//! [`MemoryEngine::backup`] and [`MemoryEngine::backup_gz`] write one
+//! committed state in the file format, as a save does, to another path, while
+//! the engine serves; [`MemoryEngine::open_backup`] opens an engine from a
+//! backup (plain or gzip), checked whole first: a truncated or corrupted one is
+//! a [`burrow_core::Error::BadInput`] naming it. `docs/backup.md` has the
+//! figures and what a crash can lose.
 
 mod arena;
+mod backup;
 mod ids;
 mod layout;
 mod options;

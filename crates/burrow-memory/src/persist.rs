@@ -738,7 +738,7 @@ pub fn temp_path(path: &Path) -> PathBuf {
     path.with_file_name(name)
 }
 
-fn io_err(path: &Path, what: &str, e: io::Error) -> Error {
+pub fn io_err(path: &Path, what: &str, e: io::Error) -> Error {
     Error::Io(io::Error::new(
         e.kind(),
         format!("{what} {}: {e}", path.display()),
@@ -753,10 +753,15 @@ pub fn load(path: &Path) -> Result<Option<Vec<FileTable>>> {
         Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(None),
         Err(e) => return Err(io_err(path, "cannot read", e)),
     };
+    parse_file(path, &file).map(Some)
+}
+
+/// Reads the tables of `file`, the contents of `path` (named in errors).
+pub fn parse_file(path: &Path, file: &[u8]) -> Result<Vec<FileTable>> {
     if file.starts_with(&MAGIC) {
-        read_binary(path, &file).map(Some)
+        read_binary(path, file)
     } else if file.first() == Some(&b'{') {
-        read_json(path, &file).map(Some)
+        read_json(path, file)
     } else {
         Err(refuse(
             path,

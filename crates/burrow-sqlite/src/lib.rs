@@ -30,6 +30,17 @@
 //! table, existing rows getting the type's zero value; a column whose stored
 //! type disagrees with the record is a [`burrow_core::Error::Schema`].
 //!
+//! # Backup and restore
+//!
+//! [`SqliteEngine::backup`] (and [`SqliteEngine::backup_gz`],
+//! [`SqliteEngine::backup_with`] for step size and progress) copies a live
+//! database with SQLite's online backup API, a step at a time, so writers
+//! go on between steps; the copy is the committed state at the moment the
+//! last step ends. [`SqliteEngine::open_backup`] and [`SqliteEngine::restore`]
+//! load a backup, plain or gzip, only after checking it whole
+//! ([`verify_backup`]): a truncated or corrupted one is refused, naming it.
+//! `docs/backup.md` has the details and measured figures.
+//!
 //! Inside: `statements` holds the SQL text of one table, built when the table
 //! is opened; `schema` creates tables and brings existing ones up to the
 //! record; `hot` keeps prepared statements across calls; `vtab` shows tables
@@ -37,6 +48,7 @@
 //! statements with [`statements::TableNames`] and its SQLite columns and
 //! indexes with [`schema`], so each is written once for both engines.
 
+mod backup;
 mod hot;
 mod options;
 pub mod schema;
@@ -55,6 +67,7 @@ use burrow_core::{
 use rusqlite::types::{ToSqlOutput, ValueRef as SqlValue};
 use rusqlite::{Connection, Statement};
 
+pub use backup::{verify_backup, BackupOptions, BackupProgress, BackupSummary};
 pub use hot::{widen_lookaside, KeptConnection, KeptStatement};
 pub use options::{LockingMode, SqliteOptions, Synchronous};
 pub use rusqlite;
@@ -72,6 +85,8 @@ pub struct SqliteEngine {
     options: SqliteOptions,
     /// Tables of other engines this connection's SQL can see.
     exposed: Arc<vtab::Registry>,
+    /// Lets a backup's next step go before the callers arriving after it.
+    turn: backup::Turn,
 }
 
 struct Inner {
@@ -170,6 +185,7 @@ impl SqliteEngine {
                 last_time: TimeText::default(),
             }),
             tx_ended: Condvar::new(),
+            turn: backup::Turn::default(),
             options,
         })
     }
@@ -205,6 +221,9 @@ impl SqliteEngine {
     /// for a call of its own once no transaction is open (waiting for one at
     /// most the busy timeout).
     fn lock(&self, tx: Option<u64>) -> Result<MutexGuard<'_, Inner>> {
+        if tx.is_none() {
+            self.turn.give_way();
+        }
         let g = self.inner.lock().unwrap_or_else(PoisonError::into_inner);
         match (tx, g.owner) {
             (None, None) => Ok(g),

@@ -52,7 +52,8 @@ pub mod driver {
 #[cfg_attr(docsrs, doc(cfg(feature = "sqlite")))]
 pub mod sqlite {
     pub use burrow_sqlite::{
-        rusqlite, LockingMode, SqliteEngine, SqliteOptions, SqliteTx, Synchronous,
+        rusqlite, verify_backup, BackupOptions, BackupProgress, BackupSummary, LockingMode,
+        SqliteEngine, SqliteOptions, SqliteTx, Synchronous,
     };
 }
 

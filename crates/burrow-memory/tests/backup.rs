@@ -1,0 +1,279 @@
+//! Backups of a live memory engine: a backup taken while two writers commit
+//! is one committed state; a broken backup is refused whole.
+
+#![allow(missing_docs)]
+
+use std::path::Path;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::Arc;
+
+use burrow_core::{Batch, Database, ErrorKind, Model, Orm};
+use burrow_derive::Record;
+use burrow_memory::{MemoryEngine, MemoryOptions};
+
+type TestResult = Result<(), Box<dyn std::error::Error>>;
+
+#[derive(Record, Debug, Clone, Default, PartialEq)]
+#[burrow(crate = "burrow_core")]
+struct Item {
+    id: i64,
+    writer: i64,
+    amount: i64,
+    note: String,
+}
+
+/// Per writer: how many items it committed and the sum of their amounts.
+#[derive(Record, Debug, Clone, Default, PartialEq)]
+#[burrow(crate = "burrow_core")]
+struct Tally {
+    id: i64,
+    rows: i64,
+    total: i64,
+}
+
+fn model() -> Model {
+    Model::new().with::<Item>().with::<Tally>()
+}
+
+fn item(writer: i64, amount: i64) -> Item {
+    Item {
+        id: 0,
+        writer,
+        amount,
+        note: format!("item of writer {writer}, amount {amount}, padded to look like a row"),
+    }
+}
+
+/// Checks that every writer's tally matches its items: true of every
+/// committed state, false of any half-applied transaction or batch.
+fn check_consistent(db: &Database) -> Result<Vec<Tally>, Box<dyn std::error::Error>> {
+    let items = db.list::<Item>("", &[])?;
+    let tallies = db.list::<Tally>("", &[])?;
+    assert_eq!(tallies.len(), 2, "both tallies are there");
+    for t in &tallies {
+        let mine = items.iter().filter(|i| i.writer == t.id);
+        let (n, sum) = mine.fold((0, 0), |(n, s), i| (n + 1, s + i.amount));
+        assert_eq!((n, sum), (t.rows, t.total), "writer {} half applied", t.id);
+    }
+    Ok(tallies)
+}
+
+/// Writer 1 commits transactions: five adds and its tally, or an amount
+/// moved between two of its items. Writer 2 sends batches with
+/// rollback-on-error: five adds and its tally. Returns how many commits.
+fn write_until(db: &Database, w: i64, stop: &AtomicBool, commits: &AtomicU64) -> TestResult {
+    let mut tally: Tally = db.retrieve(w)?;
+    let mut mine: Vec<i64> = Vec::new();
+    let mut round = 0i64;
+    while !stop.load(Ordering::Relaxed) {
+        round += 1;
+        if w == 1 && round % 3 == 0 && mine.len() >= 2 {
+            let tx = db.transaction()?;
+            let (a, b) = (mine[round as usize % mine.len()], mine[0]);
+            let mut from: Item = tx.retrieve(a)?;
+            let mut to: Item = tx.retrieve(b)?;
+            from.amount -= 7;
+            to.amount += 7;
+            tx.update(&mut from)?;
+            tx.update(&mut to)?;
+            tx.commit()?;
+        } else if w == 1 {
+            let tx = db.transaction()?;
+            for k in 0..5 {
+                let mut it = item(w, round * 10 + k);
+                mine.push(tx.add(&mut it)?);
+                tally.rows += 1;
+                tally.total += it.amount;
+            }
+            tx.update(&mut tally)?;
+            tx.commit()?;
+        } else {
+            let mut batch = Batch::new().rollback_on_error(true);
+            for k in 0..5 {
+                batch.add(item(w, round * 10 + k));
+                tally.rows += 1;
+                tally.total += round * 10 + k;
+            }
+            batch.update(tally.clone());
+            db.send(&mut batch)?;
+        }
+        commits.fetch_add(1, Ordering::Relaxed);
+    }
+    Ok(())
+}
+
+fn filled(rows: i64) -> Result<(Arc<MemoryEngine>, Database), Box<dyn std::error::Error>> {
+    let engine = Arc::new(MemoryEngine::new());
+    let db = Database::open(model(), engine.clone())?;
+    let mut batch = Batch::new();
+    let mut tallies = [
+        Tally {
+            id: 1,
+            ..Tally::default()
+        },
+        Tally {
+            id: 2,
+            ..Tally::default()
+        },
+    ];
+    for i in 0..rows {
+        let w = 1 + i % 2;
+        batch.add(item(w, i));
+        tallies[(w - 1) as usize].rows += 1;
+        tallies[(w - 1) as usize].total += i;
+    }
+    for t in tallies {
+        batch.add_with_id(t.clone(), t.id);
+    }
+    let tx = db.transaction()?;
+    tx.send(&mut batch)?;
+    tx.commit()?;
+    Ok((engine, db))
+}
+
+#[test]
+fn backup_while_two_writers_commit_is_one_committed_state() -> TestResult {
+    let dir = tempfile::tempdir()?;
+    let (engine, db) = filled(4_000)?;
+    let db = Arc::new(db);
+    for gzip in [false, true] {
+        let stop = Arc::new(AtomicBool::new(false));
+        let commits = Arc::new(AtomicU64::new(0));
+        let writers: Vec<_> = (1..=2)
+            .map(|w| {
+                let (db, stop, commits) = (db.clone(), stop.clone(), commits.clone());
+                std::thread::spawn(move || {
+                    write_until(&db, w, &stop, &commits).map_err(|e| e.to_string())
+                })
+            })
+            .collect();
+        while commits.load(Ordering::Relaxed) < 20 {
+            if let Some(w) = writers.iter().position(|w| w.is_finished()) {
+                let failed = writers.into_iter().nth(w).map(|w| w.join());
+                panic!("a writer stopped early: {failed:?}");
+            }
+            std::thread::yield_now();
+        }
+        let target = dir.path().join(if gzip { "b.gz" } else { "b.bmem" });
+        // Several backups in a row, the writers committing in between.
+        let before = commits.load(Ordering::Relaxed);
+        for _ in 0..3 {
+            // Backups between commits, not before the writers start.
+            let seen = commits.load(Ordering::Relaxed);
+            let t = std::time::Instant::now();
+            while commits.load(Ordering::Relaxed) == seen && t.elapsed().as_secs() < 30 {
+                std::thread::yield_now();
+            }
+            if gzip {
+                engine.backup_gz(&target)?;
+            } else {
+                engine.backup(&target)?;
+            }
+            let copy = Database::open(
+                model(),
+                Arc::new(MemoryEngine::open_backup(&target, MemoryOptions::memory())?),
+            )?;
+            let tallies = check_consistent(&copy)?;
+            assert!(tallies.iter().all(|t| t.rows >= 2_000), "{tallies:?}");
+        }
+        let during = commits.load(Ordering::Relaxed) - before;
+        stop.store(true, Ordering::Relaxed);
+        for w in writers {
+            w.join().expect("writer panicked")?;
+        }
+        assert!(during > 0, "the writers were blocked for the whole backups");
+    }
+    Ok(())
+}
+
+#[test]
+fn a_backup_replaces_a_database_file() -> TestResult {
+    let dir = tempfile::tempdir()?;
+    let (engine, db) = filled(1_000)?;
+    let want = db.list::<Item>("", &[])?;
+    engine.backup_gz(dir.path().join("b.gz"))?;
+    let target = dir.path().join("data.bmem");
+    {
+        let old = Arc::new(MemoryEngine::open(MemoryOptions::file(&target))?);
+        let db = Database::open(model(), old.clone())?;
+        db.add(&mut item(1, 1))?;
+    }
+    {
+        let e = MemoryEngine::open_backup(dir.path().join("b.gz"), MemoryOptions::file(&target))?;
+        assert_eq!(
+            Database::open(model(), Arc::new(e))?.list::<Item>("", &[])?,
+            want
+        );
+    }
+    let reopened = MemoryEngine::open(MemoryOptions::file(&target))?;
+    assert_eq!(
+        Database::open(model(), Arc::new(reopened))?.list::<Item>("", &[])?,
+        want
+    );
+    Ok(())
+}
+
+#[test]
+fn backup_to_an_unwritable_path_fails_and_the_engine_keeps_working() -> TestResult {
+    let dir = tempfile::tempdir()?;
+    let (engine, db) = filled(100)?;
+    std::fs::write(dir.path().join("file"), b"x")?;
+    let bad = dir.path().join("file").join("b.bmem");
+    for err in [
+        engine.backup(&bad).unwrap_err(),
+        engine.backup_gz(&bad).unwrap_err(),
+    ] {
+        assert_eq!(err.kind(), ErrorKind::Engine, "{err}");
+        assert!(err.to_string().contains("b.bmem"), "{err}");
+    }
+    db.add(&mut item(1, 1))?;
+    assert_eq!(db.count::<Item>("", &[])?, 101);
+    Ok(())
+}
+
+fn assert_refused(bad: &Path, why: &str, target: &Path) -> TestResult {
+    let err = MemoryEngine::open_backup(bad, MemoryOptions::file(target))
+        .err()
+        .expect("refused");
+    assert_eq!(err.kind(), ErrorKind::BadInput, "{err}");
+    let msg = err.to_string();
+    assert!(
+        msg.contains(&bad.display().to_string()) && msg.contains(why),
+        "{msg}"
+    );
+    assert!(!target.exists(), "nothing written at the target");
+    Ok(())
+}
+
+#[test]
+fn truncated_or_corrupted_backups_are_refused() -> TestResult {
+    let dir = tempfile::tempdir()?;
+    let (engine, _db) = filled(5_000)?;
+    let target = dir.path().join("target.bmem");
+    engine.backup_gz(dir.path().join("b.gz"))?;
+    engine.backup(dir.path().join("b.bmem"))?;
+    let gz = std::fs::read(dir.path().join("b.gz"))?;
+    let plain = std::fs::read(dir.path().join("b.bmem"))?;
+    for cut in [gz.len() / 2, gz.len() - 4, 10] {
+        let bad = dir.path().join(format!("cut{cut}.gz"));
+        std::fs::write(&bad, &gz[..cut])?;
+        assert_refused(&bad, "truncated", &target)?;
+    }
+    let mut flipped = gz.clone();
+    let mid = flipped.len() / 2;
+    flipped[mid] ^= 0x55;
+    let bad = dir.path().join("flipped.gz");
+    std::fs::write(&bad, &flipped)?;
+    assert_refused(&bad, "corrupted", &target)?;
+
+    let bad = dir.path().join("cut.bmem");
+    std::fs::write(&bad, &plain[..plain.len() / 2])?;
+    assert_refused(&bad, "truncated", &target)?;
+    let mut flipped = plain.clone();
+    let mid = flipped.len() / 2;
+    flipped[mid] ^= 0x55;
+    let bad = dir.path().join("flipped.bmem");
+    std::fs::write(&bad, &flipped)?;
+    assert_refused(&bad, "checksum", &target)?;
+    Ok(())
+}
