@@ -1,106 +1,14 @@
 //! Backups of a live memory engine: a backup taken while two writers commit
 //! is one committed state; a broken backup is refused whole.
 
-#![allow(missing_docs)]
-
 use std::path::Path;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 
-use burrow_core::{Batch, Database, ErrorKind, Model, Orm};
-use burrow_derive::Record;
+use burrow_core::{Batch, Database, ErrorKind, Orm};
 use burrow_memory::{MemoryEngine, MemoryOptions};
 
-type TestResult = Result<(), Box<dyn std::error::Error>>;
-
-#[derive(Record, Debug, Clone, Default, PartialEq)]
-#[burrow(crate = "burrow_core")]
-struct Item {
-    id: i64,
-    writer: i64,
-    amount: i64,
-    note: String,
-}
-
-/// Per writer: how many items it committed and the sum of their amounts.
-#[derive(Record, Debug, Clone, Default, PartialEq)]
-#[burrow(crate = "burrow_core")]
-struct Tally {
-    id: i64,
-    rows: i64,
-    total: i64,
-}
-
-fn model() -> Model {
-    Model::new().with::<Item>().with::<Tally>()
-}
-
-fn item(writer: i64, amount: i64) -> Item {
-    Item {
-        id: 0,
-        writer,
-        amount,
-        note: format!("item of writer {writer}, amount {amount}, padded to look like a row"),
-    }
-}
-
-/// Checks that every writer's tally matches its items: true of every
-/// committed state, false of any half-applied transaction or batch.
-fn check_consistent(db: &Database) -> Result<Vec<Tally>, Box<dyn std::error::Error>> {
-    let items = db.list::<Item>("", &[])?;
-    let tallies = db.list::<Tally>("", &[])?;
-    assert_eq!(tallies.len(), 2, "both tallies are there");
-    for t in &tallies {
-        let mine = items.iter().filter(|i| i.writer == t.id);
-        let (n, sum) = mine.fold((0, 0), |(n, s), i| (n + 1, s + i.amount));
-        assert_eq!((n, sum), (t.rows, t.total), "writer {} half applied", t.id);
-    }
-    Ok(tallies)
-}
-
-/// Writer 1 commits transactions: five adds and its tally, or an amount
-/// moved between two of its items. Writer 2 sends batches with
-/// rollback-on-error: five adds and its tally. Returns how many commits.
-fn write_until(db: &Database, w: i64, stop: &AtomicBool, commits: &AtomicU64) -> TestResult {
-    let mut tally: Tally = db.retrieve(w)?;
-    let mut mine: Vec<i64> = Vec::new();
-    let mut round = 0i64;
-    while !stop.load(Ordering::Relaxed) {
-        round += 1;
-        if w == 1 && round % 3 == 0 && mine.len() >= 2 {
-            let tx = db.transaction()?;
-            let (a, b) = (mine[round as usize % mine.len()], mine[0]);
-            let mut from: Item = tx.retrieve(a)?;
-            let mut to: Item = tx.retrieve(b)?;
-            from.amount -= 7;
-            to.amount += 7;
-            tx.update(&mut from)?;
-            tx.update(&mut to)?;
-            tx.commit()?;
-        } else if w == 1 {
-            let tx = db.transaction()?;
-            for k in 0..5 {
-                let mut it = item(w, round * 10 + k);
-                mine.push(tx.add(&mut it)?);
-                tally.rows += 1;
-                tally.total += it.amount;
-            }
-            tx.update(&mut tally)?;
-            tx.commit()?;
-        } else {
-            let mut batch = Batch::new().rollback_on_error(true);
-            for k in 0..5 {
-                batch.add(item(w, round * 10 + k));
-                tally.rows += 1;
-                tally.total += round * 10 + k;
-            }
-            batch.update(tally.clone());
-            db.send(&mut batch)?;
-        }
-        commits.fetch_add(1, Ordering::Relaxed);
-    }
-    Ok(())
-}
+use super::ledger::*;
 
 fn filled(rows: i64) -> Result<(Arc<MemoryEngine>, Database), Box<dyn std::error::Error>> {
     let engine = Arc::new(MemoryEngine::new());
