@@ -121,7 +121,7 @@ const JSON: &str = "application/json";
 const HTML: &str = "text/html; charset=utf-8";
 
 /// The paths served, for 404 against 405.
-const PATHS: [&str; 18] = [
+const PATHS: [&str; 17] = [
     "/plaintext",
     "/json",
     "/db",
@@ -139,7 +139,6 @@ const PATHS: [&str; 18] = [
     "/asyncqueries",
     "/asyncupdates",
     "/asyncfortunes",
-    "/",
 ];
 
 impl burrow_http::web::Handler for App {
@@ -149,7 +148,7 @@ impl burrow_http::web::Handler for App {
         let head = req.head();
         let path = head.path();
         if !matches!(head.method(), "GET" | "HEAD") {
-            if PATHS[..PATHS.len() - 1].contains(&path) {
+            if PATHS.contains(&path) {
                 return Response::error(405, "Method Not Allowed").header("Allow", "GET, HEAD");
             }
             return Response::error(404, "Not Found");
@@ -189,9 +188,8 @@ impl App {
     async fn raw_family(&self, conn: &mut ConnState, head: &RequestHead<'static>) -> Response {
         let path = head.path();
         let n = |name: &str| count(head, name);
-        let known = PATHS.contains(&path) && path != "/";
         let Some(raw) = self.raw.get() else {
-            return if known {
+            return if PATHS.contains(&path) {
                 Response::error(404, "the raw and async tests need --db postgres")
             } else {
                 Response::error(404, "Not Found")

@@ -131,10 +131,18 @@ impl OrmSide {
         &self,
         f: impl FnOnce(&Database) -> burrow::Result<R> + Send + 'static,
     ) -> burrow::Result<R> {
+        self.run_on(&self.db, f).await
+    }
+
+    async fn run_on<R: Send + 'static>(
+        &self,
+        db: &Arc<Database>,
+        f: impl FnOnce(&Database) -> burrow::Result<R> + Send + 'static,
+    ) -> burrow::Result<R> {
         if self.inline {
-            return f(&self.db);
+            return f(db);
         }
-        let db = self.db.clone();
+        let db = db.clone();
         match tokio::task::spawn_blocking(move || f(&db)).await {
             Ok(r) => r,
             Err(e) => Err(lost(e)),
@@ -194,18 +202,14 @@ impl OrmSide {
             }
         }
         if !missing.is_empty() {
-            let cached = self.cached.clone();
-            let read = move || -> burrow::Result<Vec<World>> {
-                missing.into_iter().map(|id| get(&cached, id)).collect()
-            };
-            let rows = if self.inline {
-                read()?
-            } else {
-                match tokio::task::spawn_blocking(read).await {
-                    Ok(r) => r?,
-                    Err(e) => return Err(lost(e)),
-                }
-            };
+            let rows = self
+                .run_on(&self.cached, move |db| {
+                    missing
+                        .into_iter()
+                        .map(|id| get(db, id))
+                        .collect::<burrow::Result<Vec<_>>>()
+                })
+                .await?;
             out.extend(rows);
         }
         Ok(out)
