@@ -68,7 +68,9 @@ impl Chunk {
     }
 }
 
-/// One row's bytes, in a chunk it shares with its neighbours.
+/// One row's bytes, in a chunk it shares with its neighbours. A clone shares
+/// them too: the range is never written again.
+#[derive(Clone)]
 pub struct RowBytes {
     chunk: Arc<Chunk>,
     at: u32,

@@ -3,8 +3,9 @@
 //! A backup is the engine's own file format (the persistence file), for one
 //! committed state, written as a save is: beside the target, synced, renamed
 //! into place. Its contents are taken as a save takes them (under the read
-//! lock: readers go on, writers wait while the rows are encoded, not while
-//! they are compressed or written). The gzip variant wraps that file in a
+//! lock, the rows shared rather than copied: readers go on, and writers wait
+//! only while the table's row index is copied, not while the rows are
+//! encoded, compressed or written). The gzip variant wraps that file in a
 //! gzip stream; the file inside keeps its own checksum.
 
 use std::io::{self, Read, Write};
@@ -26,7 +27,7 @@ impl MemoryEngine {
     /// the engine's file format (what [`MemoryOptions::format`] says), and
     /// returns its size. Waits for an open transaction to end, as
     /// [`MemoryEngine::flush`] does; other readers go on, writers wait only
-    /// while the rows are encoded. `path` appears whole or not at all; a path
+    /// while the table's row index is copied. `path` appears whole or not at all; a path
     /// that cannot be written is an [`Error::Io`] naming it.
     pub fn backup(&self, path: impl AsRef<Path>) -> Result<u64> {
         let path = path.as_ref();
@@ -53,10 +54,11 @@ impl MemoryEngine {
     }
 
     fn backup_parts(&self) -> Result<Vec<Vec<u8>>> {
-        let snapshot = {
+        let frozen = {
             let g = self.read(None)?;
-            self.snapshot(&g)?
+            Self::freeze(&g)
         };
+        let snapshot = self.snapshot(frozen)?;
         Ok(match self.options.format {
             FileFormat::Binary => {
                 let (header, stored) =

@@ -187,6 +187,12 @@ struct State {
     generation: u64,
 }
 
+/// One committed state's tables, their rows shared with the live ones.
+struct Frozen {
+    tables: Vec<FileTable>,
+    generation: u64,
+}
+
 /// The file's contents for one committed state, not yet written.
 struct Snapshot {
     bytes: Vec<u8>,
@@ -264,30 +270,46 @@ impl MemoryEngine {
             return Ok(());
         }
         let last = *self.saved.lock().unwrap_or_else(PoisonError::into_inner);
-        let snapshot = {
+        let frozen = {
             let g = self.read(None)?;
             if g.generation == last {
                 return Ok(());
             }
-            self.snapshot(&g)?
+            Self::freeze(&g)
         };
-        // Compressed and written outside the lock: readers and writers go on.
-        self.store(snapshot)
+        // Encoded, compressed and written outside the lock: readers and
+        // writers go on.
+        self.store(self.snapshot(frozen)?)
     }
 
-    /// The file's contents for `st`, a committed state.
-    fn snapshot(&self, st: &State) -> Result<Snapshot> {
-        let mut sources: Vec<&dyn Source> = Vec::with_capacity(st.tables.len() + st.pending.len());
-        sources.extend(st.tables.iter().map(|t| t as &dyn Source));
-        sources.extend(st.pending.iter().map(|t| t as &dyn Source));
+    /// One committed state, taken under the lock: its rows are shared,
+    /// not encoded (see [`TableData::frozen`]); [`MemoryEngine::snapshot`]
+    /// encodes it once the lock is released.
+    fn freeze(st: &State) -> Frozen {
+        let mut tables: Vec<FileTable> = Vec::with_capacity(st.tables.len() + st.pending.len());
+        tables.extend(st.tables.iter().map(TableData::frozen));
+        tables.extend(st.pending.iter().cloned());
+        Frozen {
+            tables,
+            generation: st.generation,
+        }
+    }
+
+    /// The file's contents for a frozen committed state.
+    fn snapshot(&self, frozen: Frozen) -> Result<Snapshot> {
+        let Frozen {
+            mut tables,
+            generation,
+        } = frozen;
+        for t in &mut tables {
+            t.sort();
+        }
+        let sources: Vec<&dyn Source> = tables.iter().map(|t| t as &dyn Source).collect();
         let bytes = match self.options.format {
             FileFormat::Binary => persist::binary_payload(&sources),
             FileFormat::Json => persist::json_file(&sources)?,
         };
-        Ok(Snapshot {
-            bytes,
-            generation: st.generation,
-        })
+        Ok(Snapshot { bytes, generation })
     }
 
     /// Writes a snapshot to the file, unless a later one is already there
@@ -408,12 +430,13 @@ impl MemoryEngine {
             g.undo = Vec::new();
         }
         // Taken before anyone else writes: the file gets exactly this commit.
-        let snapshot = if commit && wrote && self.saves_on_commit() {
-            Some(self.snapshot(&g))
+        let frozen = if commit && wrote && self.saves_on_commit() {
+            Some(Self::freeze(&g))
         } else {
             None
         };
         drop(g);
+        let snapshot = frozen.map(|f| self.snapshot(f));
         {
             let _w = self.tx_wait.lock().unwrap_or_else(PoisonError::into_inner);
             self.tx_ended.notify_all();
@@ -902,9 +925,9 @@ impl RowOps for At<'_> {
         }
         // Outside a transaction, the batch's writes are committed as
         // made, those before a failure included: save them as they are.
-        let snapshot = engine.snapshot(&g);
+        let frozen = MemoryEngine::freeze(&g);
         drop(g);
-        let saved = snapshot.and_then(|s| engine.store(s));
+        let saved = engine.snapshot(frozen).and_then(|s| engine.store(s));
         r?;
         saved
     }

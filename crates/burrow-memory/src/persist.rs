@@ -84,6 +84,7 @@ fn refuse(path: &Path, reason: impl Into<String>) -> Error {
 
 /// A table read from a file, waiting for `ensure_table` to claim it (its rows
 /// are in the file's layout, already validated).
+#[derive(Clone)]
 pub struct FileTable {
     pub name: String,
     /// `None` when no ID is left to give.
@@ -91,8 +92,18 @@ pub struct FileTable {
     pub layout: Layout,
     /// Unique and indexed flags, per field.
     pub flags: Vec<(bool, bool)>,
-    /// In ascending ID order.
+    /// In ascending ID order (once [`FileTable::sort`] ran, for one taken
+    /// from a live table).
     pub rows: Vec<Stored>,
+}
+
+impl FileTable {
+    /// Puts the rows in ascending ID order, if they are not.
+    pub fn sort(&mut self) {
+        if !self.rows.is_sorted_by_key(|r| r.id) {
+            self.rows.sort_unstable_by_key(|r| r.id);
+        }
+    }
 }
 
 /// A table as the writers see it.

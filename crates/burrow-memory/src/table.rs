@@ -31,8 +31,10 @@ use std::hash::BuildHasher;
 use crate::arena::{Arena, RowBytes};
 use crate::ids::IdIndex;
 use crate::layout::{Enc, Layout, MemRow, SlotSpec};
+use crate::persist::FileTable;
 
 /// A row: its ID and its encoded fields (see [`crate::layout`]).
+#[derive(Clone)]
 pub struct Stored {
     pub id: i64,
     pub data: RowBytes,
@@ -274,6 +276,21 @@ impl TableData {
     /// The table's name.
     pub fn name(&self) -> &str {
         &self.layout.table
+    }
+
+    /// The table as it stands, its rows shared rather than copied (their
+    /// bytes are never written again), so that a save encodes it after the
+    /// lock is released: a writer waits for this copy of the row index, not
+    /// for the encoding. The rows are in slot order, sorted by
+    /// [`FileTable::sort`] when the table is not ordered.
+    pub fn frozen(&self) -> FileTable {
+        FileTable {
+            name: self.name().to_owned(),
+            next_id: self.meta.next_id,
+            layout: self.layout.clone(),
+            flags: self.flags.clone(),
+            rows: self.rows.iter().flatten().cloned().collect(),
+        }
     }
 
     /// The row in `slot`, if the slot holds one, its fields seen through `map`

@@ -619,3 +619,46 @@ fn a_million_rows_save_and_load() {
     let v = c.one_field_value::<Sample>("FirstName", "LastName = ?", &[Value::from("Dali6999993")]);
     assert_eq!(v.unwrap(), Some(Value::from("Salvador999999")));
 }
+
+/// A table whose rows were added out of ID order is saved (and backed up)
+/// in ascending ID order, which the loader requires, while a writer goes on
+/// changing it after the state was taken.
+#[test]
+fn rows_added_out_of_id_order_save_and_back_up_in_order() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("people.data");
+    let backup = dir.path().join("people.backup");
+    let expected = {
+        let (c, e) = open(MemoryOptions::file(&path));
+        for (i, id) in [50, 7, 31, 2, 99, 13].into_iter().enumerate() {
+            let mut p = people(1, 100 + i as u64).remove(0);
+            p.email = format!("p{id}@example.org");
+            assert_eq!(c.add_with_id(&mut p, id).unwrap(), id);
+        }
+        c.delete::<Person>(31).unwrap();
+        e.flush().unwrap();
+        e.backup(&backup).unwrap();
+        let expected = all(&c);
+        // Changes after the state was taken reach neither file.
+        c.delete::<Person>(7).unwrap();
+        expected
+    };
+    assert_eq!(
+        expected.iter().map(|p| p.id).collect::<Vec<_>>(),
+        [2, 7, 13, 50, 99]
+    );
+    for file in [&backup, &path] {
+        let e = Arc::new(MemoryEngine::open_backup(file, MemoryOptions::default()).unwrap());
+        let c = Database::open(model(), e).unwrap();
+        let got = all(&c);
+        if file == &backup {
+            assert_eq!(got, expected);
+        } else {
+            // The engine saved again when it was dropped, with row 7 gone.
+            assert_eq!(
+                got.iter().map(|p| p.id).collect::<Vec<_>>(),
+                [2, 13, 50, 99]
+            );
+        }
+    }
+}
