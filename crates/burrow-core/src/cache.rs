@@ -867,6 +867,11 @@ impl Storage for CachedEngine {
     fn sql_host(&self) -> Option<&dyn SqlHost> {
         self.inner.sql_host()
     }
+
+    /// The inner engine's backup: the cache holds no write of its own.
+    fn online_backup(&self) -> Option<&dyn crate::storage::OnlineBackup> {
+        self.inner.online_backup()
+    }
 }
 
 /// A transaction of a [`CachedEngine`]: the inner engine's, and what it

@@ -234,6 +234,27 @@ pub trait Storage: RowOps + Send + Sync {
     fn sql_host(&self) -> Option<&dyn SqlHost> {
         None
     }
+
+    /// The engine's online backup, if it can copy its data to a file while
+    /// it serves (a server offers it to administrators).
+    fn online_backup(&self) -> Option<&dyn OnlineBackup> {
+        None
+    }
+}
+
+/// An engine that writes one committed state of its data to a file while
+/// other callers go on using it.
+pub trait OnlineBackup {
+    /// Writes the backup to `path` (it appears whole or not at all), inside a
+    /// gzip stream with `gzip`, calling `progress(done, total)` as it goes
+    /// (in the engine's own units, such as pages), and returns the file's
+    /// size in bytes. A path that cannot be written is an error naming it.
+    fn backup_to(
+        &self,
+        path: &std::path::Path,
+        gzip: bool,
+        progress: &mut dyn FnMut(u64, u64),
+    ) -> Result<u64>;
 }
 
 /// One engine's open transaction: the calls of a unit of work go through it.

@@ -78,6 +78,7 @@ pub struct Group {
     name: String,
     default: Rights,
     tables: Vec<(String, Rights)>,
+    admin: bool,
 }
 
 impl Group {
@@ -87,7 +88,16 @@ impl Group {
             name: name.into(),
             default: Rights::NONE,
             tables: Vec::new(),
+            admin: false,
         }
+    }
+
+    /// Makes the group's users administrators of the server: they may start
+    /// backups over HTTP (see [`crate::ServerBuilder::backup_folder`]).
+    /// Table rights are given apart.
+    pub fn admin(mut self, on: bool) -> Self {
+        self.admin = on;
+        self
     }
 
     /// The rights on every table not given its own.
@@ -417,6 +427,14 @@ impl Auth {
         self.users
             .iter()
             .position(|u| u.name.eq_ignore_ascii_case(name))
+    }
+
+    /// Whether `who` is an authenticated administrator.
+    pub(crate) fn is_admin(&self, who: Principal) -> bool {
+        match who {
+            Principal::Anyone => false,
+            Principal::User(u) => self.groups[self.users[u].group].admin,
+        }
     }
 
     /// The rights of `who` on `table`.

@@ -38,6 +38,7 @@
 
 #![forbid(unsafe_code)]
 
+mod admin;
 mod auth;
 mod batch;
 mod remote;

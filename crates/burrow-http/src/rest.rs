@@ -310,6 +310,9 @@ fn route(sh: &Ctx<'_>, req: &RestRequest, who: Principal) -> Outcome {
             }
             Ok(Response::empty(200))
         }
+        [b, rest @ ..] if b.eq_ignore_ascii_case("_backup") => {
+            crate::admin::handle(sh, req, who, rest)
+        }
         [b] if b.eq_ignore_ascii_case("Batch") && (m == "PUT" || m == "POST") => {
             run_batch(sh, req, who, None)
         }

@@ -52,6 +52,7 @@ use std::time::{Duration, Instant};
 
 use burrow_core::{Database, Error, OrmCache, Placement, Result, Transaction};
 
+use crate::admin::Backups;
 use crate::auth::{Auth, Principal};
 use crate::rest::{self, RestRequest};
 use crate::web::{Handler, Headers, HttpServer, Limits, Request, RequestHead, Response};
@@ -171,6 +172,8 @@ pub(crate) struct Shared {
     pub root: String,
     pub auth: Option<Auth>,
     pub cache: OrmCache,
+    /// Backups over HTTP, when a folder was set.
+    pub backups: Option<Backups>,
     /// `Server-InternalState`: grows on every write.
     pub state: AtomicU64,
     pub compact: bool,
@@ -277,6 +280,7 @@ pub struct ServerBuilder {
     execution: Execution,
     threads: Option<usize>,
     server_name: Option<String>,
+    backup_folder: Option<std::path::PathBuf>,
     #[cfg(feature = "tls")]
     tls: Option<(Vec<u8>, Vec<u8>)>,
 }
@@ -287,6 +291,15 @@ impl ServerBuilder {
     #[cfg(feature = "tls")]
     pub fn tls(mut self, cert_chain_pem: impl Into<Vec<u8>>, key_pem: impl Into<Vec<u8>>) -> Self {
         self.tls = Some((cert_chain_pem.into(), key_pem.into()));
+        self
+    }
+
+    /// Lets administrators (see [`crate::Group::admin`]) back up an engine
+    /// over HTTP into `folder` (created if missing when the server binds),
+    /// and only there: see `POST /{root}/_backup` in the protocol
+    /// documentation. Off by default.
+    pub fn backup_folder(mut self, folder: impl Into<std::path::PathBuf>) -> Self {
+        self.backup_folder = Some(folder.into());
         self
     }
 
@@ -366,11 +379,17 @@ impl ServerBuilder {
             Execution::Inline => true,
             Execution::Pool => false,
         };
+        let backups = self
+            .backup_folder
+            .as_deref()
+            .map(Backups::new)
+            .transpose()?;
         let shared = Arc::new(Shared {
             client: self.client,
             root: self.root,
             auth,
             cache: self.cache,
+            backups,
             state: AtomicU64::new(1),
             compact: self.compact,
             local_engines,
@@ -431,6 +450,7 @@ impl Server {
             execution: Execution::Auto,
             threads: None,
             server_name: None,
+            backup_folder: None,
             #[cfg(feature = "tls")]
             tls: None,
         }

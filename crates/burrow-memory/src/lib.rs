@@ -1016,4 +1016,8 @@ impl Storage for MemoryEngine {
             open: true,
         }))
     }
+
+    fn online_backup(&self) -> Option<&dyn burrow_core::OnlineBackup> {
+        Some(self)
+    }
 }

@@ -622,3 +622,19 @@ fn refused(backup: &Path, why: String) -> Error {
         backup.display()
     ))
 }
+
+/// Backups over a server's admin interface: plain or gzip (level 6), with the
+/// default steps, progress in pages.
+impl burrow_core::OnlineBackup for SqliteEngine {
+    fn backup_to(
+        &self,
+        path: &Path,
+        gzip: bool,
+        progress: &mut dyn FnMut(u64, u64),
+    ) -> Result<u64> {
+        let options = BackupOptions::default().gzip(gzip.then_some(6));
+        let summary =
+            self.backup_with(path, &options, |p| progress(p.pages_done, p.pages_total))?;
+        Ok(summary.bytes)
+    }
+}

@@ -977,6 +977,10 @@ impl Storage for SqliteEngine {
     fn sql_host(&self) -> Option<&dyn SqlHost> {
         Some(self)
     }
+
+    fn online_backup(&self) -> Option<&dyn burrow_core::OnlineBackup> {
+        Some(self)
+    }
 }
 
 /// An open transaction of a [`SqliteEngine`]: the engine's other callers wait

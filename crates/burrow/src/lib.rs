@@ -42,8 +42,8 @@ pub mod driver {
     pub use burrow_core::forward_row_ops;
     pub use burrow_core::{
         datetime, eval, filter, json, BatchItem, BatchOp, Caps, CmpOp, Column, ConvertError,
-        EngineTx, Expr, Fields, Filter, JsonDialect, OwnedRow, Placement, Row, RowOps, Select,
-        SqlHost, SqlStyle, ValueRef, DEFAULT_LOCK_TIMEOUT,
+        EngineTx, Expr, Fields, Filter, JsonDialect, OnlineBackup, OwnedRow, Placement, Row,
+        RowOps, Select, SqlHost, SqlStyle, ValueRef, DEFAULT_LOCK_TIMEOUT,
     };
 }
 

@@ -5,6 +5,7 @@
 mod common;
 
 mod access;
+mod backup;
 mod batch;
 mod cache;
 mod concurrency;
