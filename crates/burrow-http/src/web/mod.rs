@@ -88,6 +88,9 @@
 //! | `max_body_bytes_in_flight` | 256 MiB, server-wide | 503 + `Retry-After`, closed |
 //! | `gzip_min_bytes` | 4 KiB | body gzipped if accepted |
 //! | `shutdown_timeout` | 10 s | connections closed |
+//!
+//! `docs/limits.md` lists them with what each protects against, beside the
+//! REST server's own (transactions, logins, WHERE clauses).
 
 mod conn;
 mod request;
