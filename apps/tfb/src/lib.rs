@@ -248,8 +248,10 @@ impl Tfb {
         let orm = Arc::new(OrmSide::open(&config.store, config.orm_pool)?);
         let cores = core_affinity::get_core_ids().unwrap_or_default();
         let limits = Limits {
-            // TFB opens up to 16,384 connections, all kept alive.
+            // TFB opens up to 16,384 connections, all kept alive, from one
+            // load generator's address (127.0.0.1 when run locally).
             max_connections: 1 << 20,
+            max_connections_per_address: usize::MAX,
             // Bodies are tiny; compressing them would only cost time.
             gzip_min_bytes: usize::MAX,
             ..Limits::default()

@@ -199,15 +199,23 @@ fn field_bits(table: &Table, hex: &str) -> Result<Vec<usize>> {
 /// in the body.
 pub(crate) fn parse<'a>(
     model: &Model,
+    writable: Writable<'_>,
     default: Option<&'static Table>,
     body: &'a [u8],
 ) -> Result<Parsed<'a>> {
     let text = text_of(body)?;
     let mut parts = Vec::new();
-    let (last, settings) = parse_in_parts(model, default, text, (usize::MAX, 0), &mut |p, _| {
-        parts.push(p);
-        Part::default()
-    })?;
+    let (last, settings) = parse_in_parts(
+        model,
+        writable,
+        default,
+        text,
+        (usize::MAX, 0),
+        &mut |p, _| {
+            parts.push(p);
+            Part::default()
+        },
+    )?;
     parts.push(last);
     Ok(Parsed {
         parts,
@@ -225,6 +233,7 @@ fn text_of(body: &[u8]) -> Result<&str> {
 /// so far. Returns the last part and the settings.
 fn parse_in_parts<'a>(
     model: &Model,
+    writable: Writable<'_>,
     default: Option<&'static Table>,
     text: &'a str,
     rows: (usize, usize),
@@ -238,8 +247,9 @@ fn parse_in_parts<'a>(
         rows: rows.1,
         sink,
     };
-    read_body(model, default, &mut r, &mut out).map_err(|e| match e {
+    read_body(model, writable, default, &mut r, &mut out).map_err(|e| match e {
         Error::BadInput(m) => bad(format!("invalid batch: {m}")),
+        denied @ Error::Denied { .. } => denied,
         other => bad(format!("invalid batch: {other}")),
     })?;
     Ok((out.part, out.settings))
@@ -272,12 +282,13 @@ impl<'a> Out<'a, '_> {
 
 fn read_body<'a>(
     model: &Model,
+    writable: Writable<'_>,
     default: Option<&'static Table>,
     r: &mut Reader<'a>,
     out: &mut Out<'a, '_>,
 ) -> Result<()> {
     match r.peek() {
-        Some(b'[') => items(model, default, r, out)?,
+        Some(b'[') => items(model, writable, default, r, out)?,
         Some(b'{') => {
             r.expect(b'{')?;
             let name = match r.peek() {
@@ -293,7 +304,7 @@ fn read_body<'a>(
                 .table(&name)
                 .ok_or_else(|| Error::UnknownTable(name.into_owned()))?;
             r.expect(b':')?;
-            items(model, Some(t), r, out)?;
+            items(model, writable, Some(t), r, out)?;
             if r.more(b'}')? {
                 return Err(bad("a batch object holds one array"));
             }
@@ -303,9 +314,26 @@ fn read_body<'a>(
     r.end()
 }
 
+/// The tables a client may write to, when not every one: a batch that
+/// names another is refused (403) as soon as the name is read, before any
+/// of its rows, so that the errors its rows would get (an unknown field, a
+/// wrong type) tell a client without the right nothing of the table.
+pub(crate) type Writable<'w> = Option<&'w [&'static Table]>;
+
+fn may_write(writable: Writable<'_>, t: &'static Table) -> Result<&'static Table> {
+    match writable {
+        Some(w) if !w.iter().any(|x| std::ptr::eq(*x, t)) => Err(Error::Denied {
+            status: 403,
+            reason: "Forbidden".into(),
+        }),
+        _ => Ok(t),
+    }
+}
+
 /// The table a verb names: `VERB@Table`, or the batch's own.
 struct Tables<'m> {
     model: &'m Model,
+    writable: Writable<'m>,
     default: Option<&'static Table>,
     /// The last `@Table` met and its table: batches name the same one again
     /// and again.
@@ -318,7 +346,7 @@ impl Tables<'_> {
             let t = self
                 .default
                 .ok_or_else(|| bad(format!("{word}: no table (use {word}@Table)")))?;
-            return Ok((word, t));
+            return Ok((word, may_write(self.writable, t)?));
         };
         if let Some((n, t)) = &self.last {
             if n == name {
@@ -329,6 +357,7 @@ impl Tables<'_> {
             .model
             .table(name)
             .ok_or_else(|| Error::UnknownTable(name.to_owned()))?;
+        let t = may_write(self.writable, t)?;
         self.last = Some((name.to_owned(), t));
         Ok((verb, t))
     }
@@ -336,12 +365,14 @@ impl Tables<'_> {
 
 fn items<'a>(
     model: &Model,
+    writable: Writable<'_>,
     default: Option<&'static Table>,
     r: &mut Reader<'a>,
     out: &mut Out<'a, '_>,
 ) -> Result<()> {
     let mut tables = Tables {
         model,
+        writable,
         default,
         last: None,
     };
@@ -805,6 +836,7 @@ fn detach(part: Part<'_>, text: &str) -> Part<'static> {
 pub(crate) fn parse_and_run<'a, 'e>(
     parser: &crate::server::Worker,
     client: &Arc<Database>,
+    writable: Option<Arc<[&'static Table]>>,
     default: Option<&'static Table>,
     body: &'a Arc<Vec<u8>>,
     route: &Route<'e>,
@@ -818,14 +850,20 @@ pub(crate) fn parse_and_run<'a, 'e>(
     let job = move || {
         let run = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
             let text = text_of(&body2)?;
-            let (last, settings) =
-                parse_in_parts(client2.model(), default, text, PART_ROWS, &mut |part, s| {
+            let (last, settings) = parse_in_parts(
+                client2.model(),
+                writable.as_deref(),
+                default,
+                text,
+                PART_ROWS,
+                &mut |part, s| {
                     let _ = tx.send(Msg::Part(detach(part, text), s));
                     let mut next = applied.try_recv().unwrap_or_default();
                     next.ops.clear();
                     next.cells.clear();
                     next
-                })?;
+                },
+            )?;
             Ok((detach(last, text), settings))
         }));
         let _ = tx.send(match run {
@@ -955,7 +993,7 @@ mod test {
         m.add_table(&T);
         let body = br#"{Sample:["automaticTransactionPerRow",100,"POST",{"A":"x"},"PUT",{"RowID":3,"B":"y"},
             "DELETE",4,"SIMPLE",["a","b",""],"u02",[5,"z"],"i03",["p","q"],"03",[9,"p","q"],"DELETE@Sample","6"]}"#;
-        let p = parse(&m, None, body)?;
+        let p = parse(&m, None, None, body)?;
         assert_eq!(p.settings.auto_rows, 100);
         assert_eq!(p.parts[0].ops.len(), 8);
         assert!(matches!(&p.parts[0].ops[1], Op::Update(r, f) if r.id == 3 && f == &vec![1, 2]));
@@ -982,7 +1020,7 @@ mod test {
             b"[\"SIMPLE@Sample\",[\"\xff\",\"b\",\"\"]]",
         ] {
             assert!(
-                parse(&m, None, bad).is_err(),
+                parse(&m, None, None, bad).is_err(),
                 "{}",
                 String::from_utf8_lossy(bad)
             );
@@ -1018,7 +1056,7 @@ mod test {
                 format!(r#"{{"Sample":["i04",[{form}]]}}"#),
                 format!(r#"["SIMPLE@Sample",["a","b",{form}],"SIMPLE@Sample",["c","d",{form}]]"#),
             ] {
-                let batch = parse(&m, None, body.as_bytes());
+                let batch = parse(&m, None, None, body.as_bytes());
                 match (&post, &batch) {
                     (Ok((row, _)), Ok(p)) => {
                         for op in 0..p.parts[0].ops.len() {
@@ -1076,7 +1114,7 @@ mod test {
             "SIMPLE@Sample",["third","x","2024-01-02T03:04:06"],
             "SIMPLE@sample",["fourth","y",""],
             "POST@Sample",{"B":"only b","ID":"12"} ] "#;
-        let p = parse(&m, None, body)?;
+        let p = parse(&m, None, None, body)?;
         assert_eq!(p.parts[0].ops.len(), 5);
         assert!(matches!(p.parts[0].cells[0], Cell::Text("plain")));
         assert_eq!(text(&p, 0, 1), "esc\"aped\u{e9}");
@@ -1099,11 +1137,11 @@ mod test {
         let body = br#"["automaticTransactionPerRow",5,"SIMPLE@Sample",["a","esc\"aped",""],
             "SIMPLE@Sample",["b","c","2024-01-02T03:04:05"],"POST@Sample",{"A":"d"},
             "rollbackOnError",true,"DELETE@Sample",4,"PUT@Sample",{"ID":2,"B":"e"}]"#;
-        let whole = parse(&m, None, body)?;
+        let whole = parse(&m, None, None, body)?;
         let body_text = text_of(body)?;
         let mut parts = Vec::new();
         let mut seen = Vec::new();
-        let (last, settings) = parse_in_parts(&m, None, body_text, (1, 2), &mut |p, s| {
+        let (last, settings) = parse_in_parts(&m, None, None, body_text, (1, 2), &mut |p, s| {
             seen.push(s);
             parts.push(detach(p, body_text));
             Part::default()

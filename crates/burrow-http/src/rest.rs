@@ -71,6 +71,7 @@ pub(crate) fn error_response(e: &Error) -> Response {
     let status = status_of(e);
     let text = match e {
         Error::NotFound { .. } => "Not Found".to_owned(),
+        Error::Denied { reason, .. } => reason.clone(),
         // Engine failures are logged by no one here; their text may name
         // files or internals, so the client gets the kind only.
         Error::Engine { .. } | Error::Io(_) => "Internal Server Error".to_owned(),
@@ -128,6 +129,10 @@ pub(crate) fn status_of(e: &Error) -> u16 {
         ErrorKind::BadInput => 400,
         // Nothing was done, and the same request may succeed later.
         ErrorKind::Busy => 503,
+        ErrorKind::Denied => match e {
+            Error::Denied { status, .. } => *status,
+            _ => 403,
+        },
         _ => 500,
     }
 }
@@ -211,6 +216,11 @@ fn check(sh: &Shared, who: Principal, table: &Table, need: fn(&Rights) -> bool) 
     } else {
         Err(Response::error(403, "Forbidden"))
     }
+}
+
+/// Any right that changes a table.
+fn writes(r: &Rights) -> bool {
+    r.create || r.update || r.delete
 }
 
 fn dialect(req: &RestRequest) -> JsonDialect {
@@ -301,11 +311,27 @@ fn route(sh: &Ctx<'_>, req: &RestRequest, who: Principal) -> Outcome {
             if sh.auth.is_some() && who == Principal::Anyone {
                 return Err(Response::error(401, "authentication required"));
             }
+            // A flush costs every later reader of the table a trip to its
+            // engine: only a client that may change the table may ask for
+            // one, as its writes would flush it anyway.
             match rest {
-                [] => sh.cache.flush(),
+                [] => {
+                    for t in sh.client.model().tables() {
+                        check(sh, who, t, writes)?;
+                    }
+                    sh.cache.flush()
+                }
                 [p] if *p == "_ping_" => return Ok(Response::json(b"{\"count\":0}".to_vec())),
-                [t] => sh.cache.flush_table(table(sh, t)?),
-                [t, id] => sh.cache.flush_id(table(sh, t)?, parse_id(id)?),
+                [t] => {
+                    let t = table(sh, t)?;
+                    check(sh, who, t, writes)?;
+                    sh.cache.flush_table(t)
+                }
+                [t, id] => {
+                    let t = table(sh, t)?;
+                    check(sh, who, t, writes)?;
+                    sh.cache.flush_id(t, parse_id(id)?)
+                }
                 _ => return Err(Response::error(404, "Not Found")),
             }
             Ok(Response::empty(200))
@@ -603,6 +629,7 @@ fn sql_select(sh: &Ctx<'_>, req: &RestRequest, who: Principal) -> Outcome {
     }
     let s = sql::parse_select(sh.client.model(), text).map_err(sql_err)?;
     check(sh, who, s.table, |r| r.read)?;
+    let s = s.resolve().map_err(sql_err)?;
     match &s.projection {
         Projection::Count(label) => {
             let n = engine(sh, s.table)?
@@ -647,6 +674,21 @@ fn run_batch(
             sh.cache.flush_id(t, id);
         }
     };
+    let writable: Option<Arc<[&'static Table]>> = match &sh.auth {
+        None => None,
+        Some(_) if who == Principal::Anyone => {
+            return Err(Response::error(401, "authentication required"))
+        }
+        Some(auth) => Some(
+            sh.client
+                .model()
+                .tables()
+                .iter()
+                .copied()
+                .filter(|t| writes(&auth.rights(who, t.name)))
+                .collect(),
+        ),
+    };
     let route = |t: &'static Table| sh.client.engine(t);
     let admit = |op: &batch::Op| {
         flush(op);
@@ -656,7 +698,15 @@ fn run_batch(
     // could not be undone alone.
     let ahead = match &sh.parser {
         Some(parser) if sh.tx.is_none() && sh.local_engines && req.body.len() >= PIPELINE_BYTES => {
-            batch::parse_and_run(parser, &sh.client, default, &req.body, &route, &admit)
+            batch::parse_and_run(
+                parser,
+                &sh.client,
+                writable.clone(),
+                default,
+                &req.body,
+                &route,
+                &admit,
+            )
         }
         _ => None,
     };
@@ -678,7 +728,7 @@ fn run_batch(
         }
         Some(batch::Run::Parsed(p)) => p,
         Some(batch::Run::Again) | None => {
-            batch::parse(sh.client.model(), default, &req.body).map_err(err)?
+            batch::parse(sh.client.model(), writable.as_deref(), default, &req.body).map_err(err)?
         }
     };
     // Every right is checked before anything is written.

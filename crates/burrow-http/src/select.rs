@@ -243,8 +243,33 @@ const WRITES: &[&str] = &[
     "with",
 ];
 
-/// Parses a statement sent as the body of `GET /{root}`.
-pub(crate) fn parse_select(model: &Model, sql: &str) -> Result<SqlSelect, SqlError> {
+/// A SELECT whose table is known, its columns and filter not yet checked
+/// against that table: the caller checks the right to read the table
+/// first, so that a client without it learns nothing of its fields (an
+/// unknown one would be a 400 that names it).
+#[derive(Debug)]
+pub(crate) struct Unresolved<'s> {
+    pub table: &'static Table,
+    cols_text: &'s str,
+    tail: Tail,
+}
+
+impl Unresolved<'_> {
+    /// Checks the columns and the filter against the table.
+    pub fn resolve(self) -> Result<SqlSelect, SqlError> {
+        let projection = projection(self.table, self.cols_text)?;
+        let select = resolve(self.table, &self.tail)?;
+        Ok(SqlSelect {
+            table: self.table,
+            projection,
+            select,
+        })
+    }
+}
+
+/// Parses a statement sent as the body of `GET /{root}`, up to what needs
+/// its table's schema (see [`Unresolved`]).
+pub(crate) fn parse_select<'s>(model: &Model, sql: &'s str) -> Result<Unresolved<'s>, SqlError> {
     let sql = sql.trim();
     let sql = sql.strip_suffix(';').unwrap_or(sql).trim_end();
     let words = top_words(sql);
@@ -288,12 +313,10 @@ pub(crate) fn parse_select(model: &Model, sql: &str) -> Result<SqlSelect, SqlErr
         return Err(unsupported(format!("unexpected text after FROM {name}")));
     }
     let tail = split_tail(rest)?;
-    let projection = projection(table, cols_text)?;
-    let select = resolve(table, &tail)?;
-    Ok(SqlSelect {
+    Ok(Unresolved {
         table,
-        projection,
-        select,
+        cols_text,
+        tail,
     })
 }
 
@@ -358,6 +381,10 @@ mod test {
         assert!(split_tail("ID=1 limit x").is_err());
         assert!(split_tail("ID=1 group by ID").is_err());
         Ok(())
+    }
+
+    fn parse_select(m: &Model, sql: &str) -> Result<SqlSelect, SqlError> {
+        super::parse_select(m, sql).and_then(Unresolved::resolve)
     }
 
     #[test]

@@ -409,6 +409,128 @@ fn connections_past_the_cap_get_503() {
     assert_eq!(first.get("/echo").status, 200);
 }
 
+/// Waits (a bounded while) for `done`.
+fn eventually(what: &str, done: impl Fn() -> bool) {
+    let t = Instant::now();
+    while !done() {
+        assert!(t.elapsed() < Duration::from_secs(5), "{what}");
+        std::thread::sleep(Duration::from_millis(5));
+    }
+}
+
+#[test]
+fn connections_past_the_cap_of_one_address_get_503() {
+    let (server, _) = server_with(Limits {
+        max_connections_per_address: 2,
+        ..Limits::default()
+    });
+    let addr = server.local_addr();
+    let mut first = Conn::open(addr);
+    assert_eq!(first.get("/echo").status, 200);
+    let mut second = Conn::open(addr);
+    assert_eq!(second.get("/echo").status, 200);
+    assert_eq!(server.connections_from(addr.ip()), 2);
+    let mut third = Conn::open(addr);
+    let r = third.read().expect("an answer");
+    assert_eq!(r.status, 503);
+    assert!(r.text().contains("from this address"), "{}", r.text());
+    assert!(third.closed());
+    // The refused one took no slot, and a closed one gives its slot back.
+    assert_eq!(first.get("/echo").status, 200);
+    drop(first);
+    eventually("the closed connection's slot given back", || {
+        server.connections_from(addr.ip()) == 1
+    });
+    let mut again = Conn::open(addr);
+    assert_eq!(again.get("/echo").status, 200);
+    assert_eq!(second.get("/echo").status, 200);
+    drop((second, again));
+    eventually("every slot given back", || {
+        server.connections_from(addr.ip()) == 0
+    });
+}
+
+#[test]
+fn the_per_address_cap_can_be_turned_off() {
+    let (server, _) = server_with(Limits {
+        max_connections_per_address: usize::MAX,
+        ..Limits::default()
+    });
+    let addr = server.local_addr();
+    let mut conns: Vec<Conn> = (0..300).map(|_| Conn::open(addr)).collect();
+    for c in &mut conns {
+        assert_eq!(c.get("/echo").status, 200);
+    }
+    assert_eq!(server.connections_from(addr.ip()), 0, "not counted");
+}
+
+#[test]
+fn request_bodies_in_flight_are_capped_server_wide() {
+    let (server, seen) = server_with(Limits {
+        max_body_bytes_in_flight: 1000,
+        ..Limits::default()
+    });
+    let addr = server.local_addr();
+    // The first body is admitted (100 Continue says so), then arrives slowly.
+    let mut first = Conn::open(addr);
+    first.send(b"POST /echo HTTP/1.1\r\nExpect: 100-continue\r\nContent-Length: 800\r\n\r\n");
+    assert_eq!(first.read().expect("an interim answer").status, 100);
+    first.send(&[b'a'; 300]);
+    assert_eq!(server.body_bytes_in_flight(), 800);
+    // A second one that would not fit beside it: 503 before its body is
+    // read, and the connection closes.
+    let mut second = Conn::open(addr);
+    second.send(b"POST /echo HTTP/1.1\r\nExpect: 100-continue\r\nContent-Length: 800\r\n\r\n");
+    let r = second.read().expect("an answer");
+    assert_eq!(r.status, 503);
+    assert_eq!(r.header("Retry-After"), Some("1"));
+    assert_eq!(r.header("Connection"), Some("close"));
+    assert!(second.closed());
+    // One that fits beside it is served meanwhile.
+    let mut small = Conn::open(addr);
+    small.send(b"POST /echo HTTP/1.1\r\nContent-Length: 200\r\n\r\n");
+    small.send(&[b'b'; 200]);
+    assert_eq!(small.read().expect("an answer").body, vec![b'b'; 200]);
+    // The first finishes; its share is back, and a new large one succeeds.
+    first.send(&[b'a'; 500]);
+    assert_eq!(first.read().expect("an answer").body, vec![b'a'; 800]);
+    assert_eq!(server.body_bytes_in_flight(), 0);
+    let mut third = Conn::open(addr);
+    third.send(b"POST /echo HTTP/1.1\r\nContent-Length: 800\r\n\r\n");
+    third.send(&[b'c'; 800]);
+    assert_eq!(third.read().expect("an answer").body, vec![b'c'; 800]);
+    assert_eq!(seen.calls.load(Ordering::SeqCst), 3);
+    // A body whose client leaves halfway gives its share back too.
+    let mut gone = Conn::open(addr);
+    gone.send(b"POST /echo HTTP/1.1\r\nExpect: 100-continue\r\nContent-Length: 900\r\n\r\n");
+    assert_eq!(gone.read().expect("an interim answer").status, 100);
+    assert_eq!(server.body_bytes_in_flight(), 900);
+    drop(gone);
+    eventually("the share of a body never finished given back", || {
+        server.body_bytes_in_flight() == 0
+    });
+}
+
+#[test]
+fn pipelined_responses_wait_unwritten_only_up_to_a_bound() {
+    let (server, seen) = server();
+    let mut c = Conn::open(server.local_addr());
+    // 100 requests in one write, each answered with 10 kB, and nothing read
+    // until all are sent: 1 MB of answers if they all waited to be written.
+    let one = b"GET /big HTTP/1.1\r\nHost: t\r\n\r\n";
+    c.send(&one.repeat(100));
+    for _ in 0..100 {
+        let r = c.read().expect("a response");
+        assert_eq!((r.status, r.body.len()), (200, 10_000));
+    }
+    assert_eq!(seen.calls.load(Ordering::SeqCst), 100);
+    let peak = server.peak_pending_output();
+    // Past 64 KiB, what waits is written before the next request is
+    // handled: at most 64 KiB and one response wait.
+    assert!(peak > 64 * 1024, "the bound was reached: {peak}");
+    assert!(peak < 64 * 1024 + 11_000, "{peak} bytes waited unwritten");
+}
+
 #[test]
 fn shutdown_closes_idle_connections() {
     let (server, _) = server();

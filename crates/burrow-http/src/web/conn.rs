@@ -4,7 +4,7 @@
 use std::future::Future;
 use std::net::IpAddr;
 use std::panic::AssertUnwindSafe;
-use std::sync::atomic::Ordering;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::task::Poll;
 
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
@@ -13,11 +13,13 @@ use tokio::time::{timeout, timeout_at, Instant};
 
 use super::request::{self, Parsed, Request, RequestHead};
 use super::response::{self, Response};
-use super::{Core, Handler, Limits};
+use super::{Core, Handler};
 
 /// Responses waiting to be written past this are written before the next
-/// pipelined request is handled: a connection's memory stays bounded.
-const OUT_HIGH: usize = 64 * 1024;
+/// pipelined request is handled: a connection's memory stays bounded (to
+/// this and one response), however many requests a client pipelines
+/// without reading.
+pub(crate) const OUT_HIGH: usize = 64 * 1024;
 
 /// A connection's byte stream: a socket, or TLS over one.
 pub(crate) trait Stream: AsyncRead + AsyncWrite + Unpin + Send {}
@@ -58,11 +60,40 @@ fn write<H: Handler>(
     response::write(out, resp, &how, |h| core.handler.extra_headers(h));
 }
 
+/// A request body's share of [`super::Limits::max_body_bytes_in_flight`], given
+/// back when dropped.
+struct BodyShare<'a> {
+    total: &'a AtomicUsize,
+    bytes: usize,
+}
+
+impl<'a> BodyShare<'a> {
+    /// Takes `bytes` of the server's allowance, unless too little is left.
+    fn take(total: &'a AtomicUsize, bytes: usize, max: usize) -> Option<BodyShare<'a>> {
+        total
+            .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |n| {
+                n.checked_add(bytes).filter(|&m| m <= max)
+            })
+            .ok()
+            .map(|_| BodyShare { total, bytes })
+    }
+}
+
+impl Drop for BodyShare<'_> {
+    fn drop(&mut self) {
+        self.total.fetch_sub(self.bytes, Ordering::SeqCst);
+    }
+}
+
 /// Writes out what waits in `out`; false when the client is gone or stopped
 /// reading for the write timeout.
-async fn flush(stream: &mut impl Stream, out: &mut Vec<u8>, limits: &Limits) -> bool {
+async fn flush<H: Handler>(core: &Core<H>, stream: &mut impl Stream, out: &mut Vec<u8>) -> bool {
     if out.is_empty() {
         return true;
+    }
+    let limits = &core.limits;
+    if out.len() > OUT_HIGH {
+        core.peak_output.fetch_max(out.len(), Ordering::SeqCst);
     }
     let mut done = 0;
     // The timeout is per write, so that a slow reader of a large response
@@ -93,7 +124,7 @@ async fn fail<H: Handler>(
     r: Response,
 ) {
     write_error(core, out, &r);
-    flush(stream, out, &core.limits).await;
+    flush(core, stream, out).await;
 }
 
 /// Runs `fut`, `None` if it panics.
@@ -156,7 +187,7 @@ pub(crate) async fn serve<H: Handler>(
                     }
                 }
             }
-            if !flush(&mut stream, &mut out, limits).await {
+            if !flush(core, &mut stream, &mut out).await {
                 break 'conn;
             }
             if buf.capacity() - buf.len() < 2048 {
@@ -222,7 +253,7 @@ pub(crate) async fn serve<H: Handler>(
                 let close = !keep || core.stopping.load(Ordering::Relaxed);
                 write(core, &mut out, &resp, head_only, false, close);
                 if close {
-                    flush(&mut stream, &mut out, limits).await;
+                    flush(core, &mut stream, &mut out).await;
                     break 'conn;
                 }
                 continue;
@@ -238,8 +269,27 @@ pub(crate) async fn serve<H: Handler>(
                 break 'conn;
             }
         };
-        // Its body.
+        // Its body, if the server can hold it now: a declared length is
+        // counted before any of it is read, so that many clients announcing
+        // large bodies at once cannot together exhaust memory.
         let length = head.content_length();
+        let share = match length {
+            0 => None,
+            n => match BodyShare::take(&core.body_bytes, n, limits.max_body_bytes_in_flight) {
+                Some(share) => Some(share),
+                None => {
+                    fail(
+                        core,
+                        &mut stream,
+                        &mut out,
+                        Response::error(503, "too many request bodies in flight; try again later")
+                            .header("Retry-After", "1"),
+                    )
+                    .await;
+                    break 'conn;
+                }
+            },
+        };
         let body = if buf.len() - pos >= length {
             let b = buf[pos..pos + length].to_vec();
             pos += length;
@@ -247,7 +297,7 @@ pub(crate) async fn serve<H: Handler>(
         } else {
             if head.expects_continue() {
                 out.extend_from_slice(b"HTTP/1.1 100 Continue\r\n\r\n");
-                if !flush(&mut stream, &mut out, limits).await {
+                if !flush(core, &mut stream, &mut out).await {
                     break 'conn;
                 }
             }
@@ -284,6 +334,9 @@ pub(crate) async fn serve<H: Handler>(
         let gzip = head.accepts_gzip();
         let keep_alive = head.keep_alive();
         let answer = unwinding(core.handler.call(&mut conn, Request::new(head, body))).await;
+        // Given back before the answer is written: the handler is done with
+        // the body, and a client told to retry may retry at once.
+        drop(share);
         let (resp, close) = match answer {
             Some(resp) => (resp, !keep_alive || core.stopping.load(Ordering::Relaxed)),
             // The connection's state may be half-changed: it goes.
@@ -291,10 +344,10 @@ pub(crate) async fn serve<H: Handler>(
         };
         write(core, &mut out, &resp, head_only, gzip, close);
         if close {
-            flush(&mut stream, &mut out, limits).await;
+            flush(core, &mut stream, &mut out).await;
             break 'conn;
         }
-        if out.len() >= OUT_HIGH && !flush(&mut stream, &mut out, limits).await {
+        if out.len() >= OUT_HIGH && !flush(core, &mut stream, &mut out).await {
             break 'conn;
         }
     }

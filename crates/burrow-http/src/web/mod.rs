@@ -27,8 +27,9 @@
 //!
 //! # What the core owns
 //!
-//! - **Connections**: the accept loop, a cap on open connections (past it, a
-//!   503 and close), HTTP/1.1 keep-alive, and **pipelining**: requests
+//! - **Connections**: the accept loop, a cap on open connections and one on
+//!   those of a single client address (past either, a 503 and close),
+//!   HTTP/1.1 keep-alive, and **pipelining**: requests
 //!   already received are handled in order, one after the other, and their
 //!   responses written together, in one write, once no whole request is left
 //!   to handle (or once 64 KiB of responses wait, which bounds a
@@ -38,8 +39,10 @@
 //!   `Content-Length`: 400; a chunked body: 411), each of these answered
 //!   and the connection closed, the server unharmed. Then
 //!   [`Handler::admit`] sees the borrowed [`RequestHead`]; only once it
-//!   accepts is `100 Continue` sent (for `Expect: 100-continue`) and the
-//!   body read. A head it refuses is answered with its response: the body,
+//!   accepts, and the server-wide allowance for bodies in flight has room
+//!   for the declared length (else 503 with `Retry-After`, and close), is
+//!   `100 Continue` sent (for `Expect: 100-continue`) and the body read. A
+//!   head it refuses is answered with its response: the body,
 //!   if already received, is skipped and the connection kept; else the
 //!   connection closes without waiting for it.
 //! - **Responses**: `Server`, `Date` (rendered at most once a second per
@@ -51,7 +54,7 @@
 //!   idle keep-alive connection closes after the idle timeout; a write that
 //!   makes no progress for the write timeout closes the connection.
 //! - **TLS** (feature `tls`, [`HttpServerBuilder::tls`]): every connection,
-//!   handshake within the request timeout; past the connection cap a
+//!   handshake within the request timeout; past a connection cap a
 //!   connection is closed without a 503, which would need a handshake.
 //! - **Shutdown** ([`HttpServer::shutdown`], or drop): stop accepting, let
 //!   requests in flight finish (at most [`Limits::shutdown_timeout`]), close
@@ -81,18 +84,25 @@
 //! | `idle_timeout` | 60 s | closed |
 //! | `write_timeout` | 30 s without progress | closed |
 //! | `max_connections` | 10,000 | 503, closed |
+//! | `max_connections_per_address` | 256 (IPv6: per /64) | 503, closed |
+//! | `max_body_bytes_in_flight` | 256 MiB, server-wide | 503 + `Retry-After`, closed |
 //! | `gzip_min_bytes` | 4 KiB | body gzipped if accepted |
 //! | `shutdown_timeout` | 10 s | connections closed |
+//!
+//! `docs/limits.md` lists them with what each protects against, beside the
+//! REST server's own (transactions, logins, WHERE clauses).
 
 mod conn;
 mod request;
 mod response;
 pub(crate) mod wire;
 
+use std::collections::HashMap;
 use std::future::Future;
+use std::net::IpAddr;
 use std::net::{SocketAddr, ToSocketAddrs};
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
-use std::sync::Arc;
+use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
 use burrow_core::Result;
@@ -159,6 +169,16 @@ pub struct Limits {
     pub write_timeout: Duration,
     /// Most connections open at once; more are answered 503 and closed.
     pub max_connections: usize,
+    /// Most connections open at once from one client address (an IPv6
+    /// client counts per /64, the block one host usually holds); more are
+    /// answered 503 and closed. `usize::MAX` turns the count off: behind a
+    /// reverse proxy every client has the proxy's address.
+    pub max_connections_per_address: usize,
+    /// Most bytes of request bodies held at once, server-wide: a request
+    /// whose `Content-Length` does not fit in what is left is answered 503
+    /// (with `Retry-After`) before its body is read, and its connection
+    /// closed. A body counts from its admission until its handler returns.
+    pub max_body_bytes_in_flight: usize,
     /// Bodies at least this large are gzipped for clients that accept it.
     pub gzip_min_bytes: usize,
     /// How long a graceful shutdown waits for requests in flight.
@@ -174,6 +194,8 @@ impl Default for Limits {
             idle_timeout: Duration::from_secs(60),
             write_timeout: Duration::from_secs(30),
             max_connections: 10_000,
+            max_connections_per_address: 256,
+            max_body_bytes_in_flight: 256 * 1024 * 1024,
             gzip_min_bytes: 4096,
             shutdown_timeout: Duration::from_secs(10),
         }
@@ -186,6 +208,15 @@ pub(crate) struct Core<H> {
     pub limits: Limits,
     pub server_name: String,
     pub connections: AtomicUsize,
+    /// Open connections per client address (see [`AddrKey`]); empty when
+    /// the per-address cap is off.
+    pub per_address: Mutex<HashMap<AddrKey, usize>>,
+    /// Bytes of request bodies admitted and not yet handled.
+    pub body_bytes: AtomicUsize,
+    /// The most output a connection held unwritten, recorded only past
+    /// [`conn::OUT_HIGH`] (below it, the bound is not in question and the
+    /// shared counter would cost every response a contended write).
+    pub peak_output: AtomicUsize,
     /// Set when shutdown begins: connections close after their current
     /// request.
     pub stopping: AtomicBool,
@@ -289,6 +320,9 @@ impl<H: Handler> HttpServerBuilder<H> {
             limits: self.limits,
             server_name: self.server_name,
             connections: AtomicUsize::new(0),
+            per_address: Mutex::new(HashMap::new()),
+            body_bytes: AtomicUsize::new(0),
+            peak_output: AtomicUsize::new(0),
             stopping: AtomicBool::new(false),
         });
         let (stop_tx, stop_rx) = watch::channel(false);
@@ -383,6 +417,32 @@ impl<H: Handler> HttpServer<H> {
         self.core.connections.load(Ordering::Relaxed)
     }
 
+    /// Connections open now from `addr` (counted as
+    /// [`Limits::max_connections_per_address`] counts them; 0 when that
+    /// cap is off).
+    pub fn connections_from(&self, addr: IpAddr) -> usize {
+        let map = self
+            .core
+            .per_address
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner);
+        map.get(&AddrKey::of(addr)).copied().unwrap_or(0)
+    }
+
+    /// Bytes of request bodies admitted and not yet handled (see
+    /// [`Limits::max_body_bytes_in_flight`]).
+    pub fn body_bytes_in_flight(&self) -> usize {
+        self.core.body_bytes.load(Ordering::SeqCst)
+    }
+
+    /// The most response bytes a connection has held unwritten, when that
+    /// went past the pipelining bound's threshold (else 0): for tests of
+    /// that bound.
+    #[doc(hidden)]
+    pub fn peak_pending_output(&self) -> usize {
+        self.core.peak_output.load(Ordering::SeqCst)
+    }
+
     /// The runtime connections run on, to start an application's own tasks
     /// there.
     pub fn runtime(&self) -> &tokio::runtime::Handle {
@@ -452,12 +512,68 @@ impl<H: Handler> Drop for HttpServer<H> {
     }
 }
 
-/// Counts a connection while it lives, whatever ends it (a panic too).
-struct Counted<H: Handler>(Arc<Core<H>>);
+/// What connections are counted by, per client: an IPv4 address, or an
+/// IPv6 /64 (one host is commonly given a whole /64, and could otherwise
+/// open each connection from an address of its own).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub(crate) enum AddrKey {
+    V4(u32),
+    V6(u64),
+}
+
+impl AddrKey {
+    fn of(addr: IpAddr) -> AddrKey {
+        match addr.to_canonical() {
+            IpAddr::V4(a) => AddrKey::V4(a.to_bits()),
+            IpAddr::V6(a) => AddrKey::V6((a.to_bits() >> 64) as u64),
+        }
+    }
+}
+
+impl<H: Handler> Core<H> {
+    /// Counts one more connection from `key`, unless it has its share.
+    fn take_address_slot(&self, key: AddrKey) -> bool {
+        let mut map = self
+            .per_address
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner);
+        let n = map.entry(key).or_insert(0);
+        if *n >= self.limits.max_connections_per_address {
+            return false;
+        }
+        *n += 1;
+        true
+    }
+
+    fn release_address_slot(&self, key: AddrKey) {
+        let mut map = self
+            .per_address
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner);
+        if let Some(n) = map.get_mut(&key) {
+            *n -= 1;
+            // Gone clients leave no entry: the map stays as large as the
+            // set of addresses connected now.
+            if *n == 0 {
+                map.remove(&key);
+            }
+        }
+    }
+}
+
+/// Counts a connection while it lives, whatever ends it (a panic too): in
+/// all, and against its address when it took one of its address's slots.
+struct Counted<H: Handler> {
+    core: Arc<Core<H>>,
+    addr: Option<AddrKey>,
+}
 
 impl<H: Handler> Drop for Counted<H> {
     fn drop(&mut self) {
-        self.0.connections.fetch_sub(1, Ordering::SeqCst);
+        if let Some(key) = self.addr {
+            self.core.release_address_slot(key);
+        }
+        self.core.connections.fetch_sub(1, Ordering::SeqCst);
     }
 }
 
@@ -483,19 +599,31 @@ async fn accept_loop<H: Handler>(
         }
         let _ = stream.set_nodelay(true);
         let n = core.connections.fetch_add(1, Ordering::SeqCst);
-        let counted = Counted(core.clone());
-        if n >= core.limits.max_connections {
+        let mut counted = Counted {
+            core: core.clone(),
+            addr: None,
+        };
+        let refused = if n >= core.limits.max_connections {
+            Some("too many connections")
+        } else if core.limits.max_connections_per_address == usize::MAX {
+            None
+        } else {
+            let key = AddrKey::of(peer.ip());
+            if core.take_address_slot(key) {
+                counted.addr = Some(key);
+                None
+            } else {
+                Some("too many connections from this address")
+            }
+        };
+        if let Some(why) = refused {
             if tls.is_none() {
                 // Answered off the accept loop: a client that does not read
                 // must not hold it up.
                 tokio::spawn(async move {
                     let mut s = stream;
                     let mut out = Vec::new();
-                    conn::write_error(
-                        &counted.0,
-                        &mut out,
-                        &Response::error(503, "too many connections"),
-                    );
+                    conn::write_error(&counted.core, &mut out, &Response::error(503, why));
                     let _ = timeout(Duration::from_secs(1), s.write_all(&out)).await;
                     drop(counted);
                 });
@@ -507,7 +635,7 @@ async fn accept_loop<H: Handler>(
         let stop = stop.clone();
         let tls = tls.clone();
         tokio::spawn(async move {
-            let core = &counted.0;
+            let core = &counted.core;
             match tls {
                 None => conn::serve(core, stream, Some(peer.ip()), stop).await,
                 #[cfg(feature = "tls")]

@@ -235,3 +235,98 @@ fn mormot_signed_sessions() -> TestResult {
     assert_ne!(e.kind(), ErrorKind::NotFound);
     Ok(())
 }
+
+/// The answers about a table a client may not use say no more than 403:
+/// an unknown field there would otherwise be a 400 naming it, and a known
+/// one would not.
+#[test]
+fn a_table_without_the_right_reveals_none_of_its_fields() -> TestResult {
+    let (server, hosted) = server_with(|b| b.auth(auth()));
+    hosted.add(&mut Secret {
+        id: 0,
+        note: "launch codes".into(),
+    })?;
+    let addr = server.local_addr();
+    let bob = bob_token(addr);
+    for (m, path, body) in [
+        ("GET", "/root", &b"SELECT Nope FROM Secret"[..]),
+        ("GET", "/root", b"SELECT Note FROM Secret"),
+        ("GET", "/root", b"SELECT * FROM Secret WHERE Nope = 1"),
+        ("GET", "/root", b"SELECT * FROM Secret ORDER BY Nope"),
+        ("GET", "/root/Secret?select=Nope", b""),
+        ("GET", "/root/Secret?where=Nope%3D1", b""),
+        ("GET", "/root/Secret/1/Nope", b""),
+        // Batches: bob may write to no table, readable or not.
+        ("PUT", "/root/Batch", br#"["POST@Secret",{"Nope":1}]"#),
+        ("PUT", "/root/Batch", br#"["POST@Secret",{"Note":1}]"#),
+        ("PUT", "/root/Secret/Batch", br#"["POST",{"Nope":1}]"#),
+        ("PUT", "/root/Batch", br#"{"Secret":["POST",{"Nope":1}]}"#),
+        ("PUT", "/root/Batch", br#"["POST@Sample",{"Nope":1}]"#),
+    ] {
+        let r = raw(addr, m, path, &bob, body);
+        assert_error(&r, 403);
+        assert!(!r.text().contains("Nope"), "{m} {path}: {}", r.text());
+    }
+    // On a table bob may read, a wrong field is his to know about.
+    let r = raw(addr, "GET", "/root", &bob, b"SELECT Nope FROM Sample");
+    assert_error(&r, 400);
+    assert_eq!(hosted.count::<Sample>("", &[])?, 0);
+    assert_eq!(hosted.count::<Secret>("", &[])?, 1);
+    Ok(())
+}
+
+#[test]
+fn flushing_the_server_cache_needs_the_right_to_write_the_table() -> TestResult {
+    let ttl = std::time::Duration::from_secs(600);
+    let (server, hosted) = server_with(|b| {
+        b.auth(auth())
+            .cache(burrow_core::OrmCache::new().table::<Sample>(ttl))
+    });
+    hosted.add(&mut sample(1))?;
+    let addr = server.local_addr();
+    let bob = bob_token(addr);
+    let cached = || {
+        server
+            .cache()
+            .get(<Sample as burrow_core::Record>::table(), 1)
+            .is_some()
+    };
+    assert_eq!(raw(addr, "GET", "/root/Sample/1", &bob, b"").status, 200);
+    assert!(cached());
+    // bob only reads: no flush of a table, of one row, or of everything.
+    for path in [
+        "/root/CacheFlush/Sample",
+        "/root/CacheFlush/Sample/1",
+        "/root/CacheFlush/Secret",
+        "/root/CacheFlush",
+    ] {
+        assert_error(&raw(addr, "GET", path, &bob, b""), 403);
+        assert!(cached(), "{path} flushed the cache");
+    }
+    assert_error(&raw(addr, "GET", "/root/CacheFlush/Sample", "", b""), 401);
+    // ann may write to every table.
+    let ann = "Authorization: Bearer tok-ann\r\n";
+    assert_eq!(
+        raw(addr, "GET", "/root/CacheFlush/Sample/1", ann, b"").status,
+        200
+    );
+    assert!(!cached());
+    assert_eq!(raw(addr, "GET", "/root/Sample/1", &bob, b"").status, 200);
+    assert!(cached());
+    assert_eq!(raw(addr, "GET", "/root/CacheFlush", ann, b"").status, 200);
+    assert!(!cached());
+    Ok(())
+}
+
+/// bob's bearer header (reader of Sample only).
+fn bob_token(addr: std::net::SocketAddr) -> String {
+    let r = raw(
+        addr,
+        "POST",
+        "/root/auth",
+        "",
+        br#"{"userName":"bob","password":"bob-secret"}"#,
+    );
+    let token = r.json()["result"].as_str().map(str::to_owned);
+    format!("Authorization: Bearer {}\r\n", token.expect("a token"))
+}

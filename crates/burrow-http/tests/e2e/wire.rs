@@ -259,6 +259,61 @@ fn every_bad_request_is_a_4xx_that_changes_nothing() -> TestResult {
     Ok(())
 }
 
+/// WHERE clauses past the parser's bounds (nesting, comparisons, bound
+/// values) get a 400 that says which bound, from every route that takes
+/// one, and change nothing.
+#[test]
+fn oversized_where_clauses_get_400_naming_the_bound() -> TestResult {
+    use burrow_core::filter::{MAX_WHERE_DEPTH, MAX_WHERE_TERMS, MAX_WHERE_VALUES};
+    let (server, _, _) = open_server();
+    let addr = server.local_addr();
+    let db = remote(&server);
+    db.add(&mut sample(1))?;
+    let ors = vec!["ID=1"; MAX_WHERE_TERMS + 1].join(" OR ");
+    let values = vec!["1"; MAX_WHERE_VALUES + 1].join(",");
+    let deep = format!(
+        "{}ID=1{}",
+        "(".repeat(MAX_WHERE_DEPTH + 1),
+        ")".repeat(MAX_WHERE_DEPTH + 1)
+    );
+    let url = |w: &str| {
+        let w = w
+            .replace(' ', "%20")
+            .replace('=', "%3D")
+            .replace('(', "%28")
+            .replace(')', "%29");
+        format!("/root/Sample?where={w}")
+    };
+    let sql = |w: &str| format!("SELECT * FROM Sample WHERE {w}").into_bytes();
+    let in_list = format!("ID IN ({values})");
+    let cases: Vec<(&str, String, Vec<u8>, &str)> = vec![
+        ("GET", url(&ors), vec![], "comparisons"),
+        ("DELETE", url(&ors), vec![], "comparisons"),
+        ("GET", url(&deep), vec![], "nest deeper"),
+        ("GET", "/root".into(), sql(&ors), "comparisons"),
+        ("GET", "/root".into(), sql(&in_list), "values"),
+        ("GET", "/root".into(), sql(&deep), "nest deeper"),
+    ];
+    for (m, path, body, says) in cases {
+        let r = raw(addr, m, &path, "", &body);
+        assert_error(&r, 400);
+        assert!(
+            r.text().contains(says),
+            "{m} {}: {}",
+            &path[..40.min(path.len())],
+            r.text()
+        );
+    }
+    // At the bounds, the same clauses run.
+    let ok = vec!["ID=1"; MAX_WHERE_TERMS].join(" OR ");
+    assert_eq!(raw(addr, "GET", &url(&ok), "", b"").status, 200);
+    let ok = vec!["1"; MAX_WHERE_VALUES].join(",");
+    let r = raw(addr, "GET", "/root", "", &sql(&format!("ID IN ({ok})")));
+    assert_eq!(r.status, 200, "{}", r.text());
+    assert_eq!(count(&db), 1);
+    Ok(())
+}
+
 #[test]
 fn pipelined_requests_are_answered_in_order() -> TestResult {
     let (server, _, _) = open_server();
