@@ -108,7 +108,8 @@ impl SqliteEngine {
     /// Writes a consistent copy of the database to `path`, a plain SQLite
     /// file, while the engine keeps serving (see [`SqliteEngine::backup_with`]).
     /// The copy of an encrypted database is encrypted under the same key: open
-    /// it as a database with that key ([`SqliteOptions::key`]);
+    /// it as a database with that key (`SqliteOptions::key`, feature
+    /// `encryption`);
     /// [`SqliteEngine::restore`], [`SqliteEngine::open_backup`] and
     /// [`verify_backup`] read plain backups only.
     pub fn backup(&self, path: impl AsRef<Path>) -> Result<BackupSummary> {

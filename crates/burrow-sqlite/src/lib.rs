@@ -33,10 +33,10 @@
 //! # Encryption
 //!
 //! With the `encryption` feature, SQLCipher replaces SQLite (for the whole
-//! build: cargo unifies features) and [`SqliteOptions::passphrase`] or
-//! [`SqliteOptions::raw_key`] open a file encrypted with AES-256, each page
-//! authenticated (HMAC-SHA512). [`SqliteEngine::rekey`] changes the key;
-//! [`SqliteEngine::encrypt_file`] encrypts a plain file in place. A wrong
+//! build: cargo unifies features) and `SqliteOptions::passphrase` or
+//! `SqliteOptions::raw_key` open a file encrypted with AES-256, each page
+//! authenticated (HMAC-SHA512). `SqliteEngine::rekey` changes the key;
+//! `SqliteEngine::encrypt_file` encrypts a plain file in place. A wrong
 //! key, a missing one, or a key for a plain file is refused by name before
 //! anything is written. Reads cost nothing measurable; writes roughly half
 //! the plain speed in bulk, a fifth for one-row commits (the README has the
