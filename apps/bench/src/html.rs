@@ -207,7 +207,7 @@ fn charts(results: &Results, versus: Option<&Comparison>) -> Vec<Chart> {
             .rows
             .iter()
             .map(|row| Group {
-                label: row.title.into(),
+                label: row.title.clone(),
                 bars: ALL_MODES
                     .iter()
                     .filter_map(|m| {

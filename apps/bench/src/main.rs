@@ -408,8 +408,15 @@ fn fmt_rate(v: f64) -> String {
 /// What the run was: versions, machine, rows, repeats and build.
 fn headline(results: &Results) -> String {
     format!(
-        "Burrow {} · SQLite {} · {} · {} rows per cell · best of {} · {} build",
+        "Burrow {} · {} {} · {} · {} rows per cell · best of {} · {} build",
         env!("CARGO_PKG_VERSION"),
+        // With the encryption feature every SQLite of the binary is
+        // SQLCipher's, the plain rows included: the figures say so.
+        if cfg!(feature = "encryption") {
+            "SQLCipher (encryption feature; plain rows unencrypted)"
+        } else {
+            "SQLite"
+        },
         burrow::sqlite::SqliteEngine::sqlite_version(),
         machine(),
         results.rows,

@@ -60,12 +60,14 @@ pub const SPEEDS: [(&str, [Mode; 4]); 2] = [
 ];
 
 /// A row of a ratio table: one engine's figures divided by another's.
-#[derive(Debug, Clone, Copy)]
+#[derive(Debug, Clone)]
 pub struct RatioRow {
     /// The row's name.
-    pub title: &'static str,
-    /// The engine divided (its ORM figures).
+    pub title: String,
+    /// The engine divided.
     pub num: &'static str,
+    /// Whether the dividend is that engine's raw-driver figure (else its ORM's).
+    pub num_raw: bool,
     /// The engine it is divided by.
     pub den: &'static str,
     /// Whether the divisor is that engine's raw-driver figure.
@@ -92,21 +94,23 @@ impl Results {
     /// A row's ratio in one mode, when both cells were measured on the same
     /// number of objects (a ratio of unlike runs would mislead).
     pub fn ratio(&self, row: &RatioRow, mode: Mode) -> Option<f64> {
-        let a = self.get(row.num, mode, false)?;
+        let a = self.get(row.num, mode, row.num_raw)?;
         let b = self.get(row.den, mode, row.den_raw)?;
         (b.rows_per_sec > 0.0 && a.rows == b.rows).then(|| a.rows_per_sec / b.rows_per_sec)
     }
 
-    /// The ratio tables: ORM ÷ raw driver, and the memory engine ÷ SQLite in
-    /// memory (when both ran).
-    pub fn ratio_tables(&self) -> [Ratios; 2] {
+    /// The ratio tables: ORM ÷ raw driver, the memory engine ÷ SQLite in
+    /// memory, and an encrypted SQLite file ÷ the same file plain (each when
+    /// both sides ran).
+    pub fn ratio_tables(&self) -> [Ratios; 3] {
         let raw = self
             .engines
             .iter()
             .filter(|e| e.raw)
             .map(|e| RatioRow {
-                title: e.title,
+                title: e.title.into(),
                 num: e.id,
+                num_raw: false,
                 den: e.id,
                 den_raw: true,
             })
@@ -117,11 +121,43 @@ impl Results {
             .iter()
             .filter(|e| sqlite_mem && e.id.starts_with("memory-"))
             .map(|e| RatioRow {
-                title: e.title,
+                title: e.title.into(),
                 num: e.id,
+                num_raw: false,
                 den: "sqlite-mem",
                 den_raw: false,
             })
+            .collect();
+        let ran = |id: &str| self.engines.iter().any(|e| e.id == id);
+        let aes = self
+            .engines
+            .iter()
+            .filter_map(|e| {
+                let plain = e.id.strip_suffix("-aes")?;
+                ran(plain).then(|| {
+                    let plain = self.engines.iter().find(|p| p.id == plain)?;
+                    Some((e, plain))
+                })?
+            })
+            .flat_map(|(e, plain)| {
+                let orm = RatioRow {
+                    title: e.title.into(),
+                    num: e.id,
+                    num_raw: false,
+                    den: plain.id,
+                    den_raw: false,
+                };
+                // The raw driver's own cost of encryption, for comparison.
+                let raw = RatioRow {
+                    title: format!("{} (raw ÷ raw)", e.title),
+                    num: e.id,
+                    num_raw: true,
+                    den: plain.id,
+                    den_raw: true,
+                };
+                [Some(orm), (e.raw && plain.raw).then_some(raw)]
+            })
+            .flatten()
             .collect();
         [
             Ratios {
@@ -131,6 +167,10 @@ impl Results {
             Ratios {
                 title: "Memory engine ÷ SQLite in memory (both through the ORM, same run)",
                 rows: mem,
+            },
+            Ratios {
+                title: "Encrypted ÷ the same SQLite file plain (same run)",
+                rows: aes,
             },
         ]
     }

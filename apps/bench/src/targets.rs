@@ -217,11 +217,27 @@ const RAW_BULK: usize = 200;
 
 impl RawTarget {
     pub fn open(path: Option<&Path>, sync: Synchronous, exclusive: bool) -> Result<Self, String> {
+        Self::open_keyed(path, sync, exclusive, false)
+    }
+
+    /// As `open`; `encrypted` keys the file with the bench's passphrase,
+    /// as the ORM's encrypted row does.
+    pub fn open_keyed(
+        path: Option<&Path>,
+        sync: Synchronous,
+        exclusive: bool,
+        encrypted: bool,
+    ) -> Result<Self, String> {
         let conn = match path {
             Some(p) => Connection::open(p),
             None => Connection::open_in_memory(),
         }
         .map_err(err)?;
+        if encrypted {
+            // A constant of this program, not user input: spliced safely.
+            conn.execute_batch(&format!("PRAGMA key = '{BENCH_PASSPHRASE}';"))
+                .map_err(err)?;
+        }
         let sync = match sync {
             Synchronous::Full => "FULL",
             Synchronous::Normal => "NORMAL",
@@ -405,14 +421,19 @@ impl Native for SqliteNative {
     }
 }
 
+/// The passphrase of the encrypted rows (ORM and raw alike).
+pub const BENCH_PASSPHRASE: &str = "burrow-bench passphrase";
+
 /// The SQLite configurations, each with its raw-driver baseline.
 pub fn sqlite_engines() -> Vec<EngineSpec> {
-    let configs: [(&str, &str, bool, Synchronous, bool); 4] = [
+    #[allow(unused_mut)] // Grows with the encryption feature only.
+    let mut configs: Vec<(&str, &str, bool, Synchronous, bool, bool)> = vec![
         (
             "sqlite-file-full",
             "SQLite file full",
             true,
             Synchronous::Full,
+            false,
             false,
         ),
         (
@@ -421,6 +442,7 @@ pub fn sqlite_engines() -> Vec<EngineSpec> {
             true,
             Synchronous::Off,
             false,
+            false,
         ),
         (
             "sqlite-file-off-exc",
@@ -428,6 +450,7 @@ pub fn sqlite_engines() -> Vec<EngineSpec> {
             true,
             Synchronous::Off,
             true,
+            false,
         ),
         (
             "sqlite-mem",
@@ -435,20 +458,38 @@ pub fn sqlite_engines() -> Vec<EngineSpec> {
             false,
             Synchronous::Full,
             false,
+            false,
         ),
     ];
+    #[cfg(feature = "encryption")]
+    configs.insert(
+        3,
+        (
+            "sqlite-file-off-exc-aes",
+            "SQLite file off exc AES",
+            true,
+            Synchronous::Off,
+            true,
+            true,
+        ),
+    );
     configs
         .into_iter()
-        .map(|(id, title, file, sync, exclusive)| EngineSpec {
+        .map(|(id, title, file, sync, exclusive, encrypted)| EngineSpec {
             id,
             title,
             file,
             slow_direct: file && sync == Synchronous::Full,
             modes: &UNCACHED_MODES,
             orm: Box::new(move |path: Option<&Path>| {
-                let engine = Arc::new(
-                    SqliteEngine::open(sqlite_options(path, sync, exclusive)).map_err(err)?,
-                );
+                let options = sqlite_options(path, sync, exclusive);
+                #[cfg(feature = "encryption")]
+                let options = if encrypted {
+                    options.passphrase(BENCH_PASSPHRASE)
+                } else {
+                    options
+                };
+                let engine = Arc::new(SqliteEngine::open(options).map_err(err)?);
                 let client =
                     Database::open(Model::new().with::<Sample>(), engine.clone()).map_err(err)?;
                 Ok(Box::new(OrmTarget {
@@ -457,7 +498,10 @@ pub fn sqlite_engines() -> Vec<EngineSpec> {
                 }) as Box<dyn Target>)
             }),
             raw: Some(Box::new(move |path: Option<&Path>| {
-                Ok(Box::new(RawTarget::open(path, sync, exclusive)?) as Box<dyn Target>)
+                Ok(
+                    Box::new(RawTarget::open_keyed(path, sync, exclusive, encrypted)?)
+                        as Box<dyn Target>,
+                )
             })),
         })
         .collect()

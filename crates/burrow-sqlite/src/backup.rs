@@ -107,6 +107,11 @@ pub struct BackupSummary {
 impl SqliteEngine {
     /// Writes a consistent copy of the database to `path`, a plain SQLite
     /// file, while the engine keeps serving (see [`SqliteEngine::backup_with`]).
+    /// The copy of an encrypted database is encrypted under the same key: open
+    /// it as a database with that key (`SqliteOptions::key`, feature
+    /// `encryption`);
+    /// [`SqliteEngine::restore`], [`SqliteEngine::open_backup`] and
+    /// [`verify_backup`] read plain backups only.
     pub fn backup(&self, path: impl AsRef<Path>) -> Result<BackupSummary> {
         self.backup_with(path, &BackupOptions::default(), |_| {})
     }
@@ -173,6 +178,13 @@ impl SqliteEngine {
     ) -> Result<(u64, u64)> {
         let _ = fs::remove_file(to);
         let mut dst = Connection::open(to).map_err(|e| io_err(to, "cannot write", e))?;
+        // An encrypted database's backup is encrypted under its key: SQLCipher
+        // copies pages only between two plain or two keyed databases, and a
+        // plain copy would put the data on disk in the clear.
+        #[cfg(feature = "encryption")]
+        if let Some(key) = self.current_key() {
+            crate::crypt::apply_key(&dst, to, &key)?;
+        }
         // The file is synced once, whole, before it is renamed into place: a
         // journal would only double the writes of a file nobody reads yet.
         dst.execute_batch("PRAGMA journal_mode=OFF; PRAGMA synchronous=OFF;")
@@ -561,7 +573,7 @@ fn gzip_file(raw: &Path, path: &Path, level: u32) -> Result<()> {
 }
 
 /// `path` with `suffix` added to its file name.
-fn sibling(path: &Path, suffix: &str) -> PathBuf {
+pub(crate) fn sibling(path: &Path, suffix: &str) -> PathBuf {
     let mut name = path.file_name().unwrap_or_default().to_os_string();
     name.push(suffix);
     path.with_file_name(name)
@@ -589,14 +601,14 @@ fn same_file(a: &Path, b: &Path) -> bool {
     }
 }
 
-fn sync_file(path: &Path) -> Result<()> {
+pub(crate) fn sync_file(path: &Path) -> Result<()> {
     File::open(path)
         .and_then(|f| f.sync_all())
         .map_err(|e| io_err(path, "cannot write", e))
 }
 
 /// Syncs the folder of `path`, so that a rename into it is durable.
-fn sync_dir(path: &Path) -> Result<()> {
+pub(crate) fn sync_dir(path: &Path) -> Result<()> {
     #[cfg(unix)]
     {
         let dir = match path.parent() {

@@ -30,6 +30,18 @@
 //! table, existing rows getting the type's zero value; a column whose stored
 //! type disagrees with the record is a [`burrow_core::Error::Schema`].
 //!
+//! # Encryption
+//!
+//! With the `encryption` feature, SQLCipher replaces SQLite (for the whole
+//! build: cargo unifies features) and `SqliteOptions::passphrase` or
+//! `SqliteOptions::raw_key` open a file encrypted with AES-256, each page
+//! authenticated (HMAC-SHA512). `SqliteEngine::rekey` changes the key;
+//! `SqliteEngine::encrypt_file` encrypts a plain file in place. A wrong
+//! key, a missing one, or a key for a plain file is refused by name before
+//! anything is written. Reads cost nothing measurable; writes roughly half
+//! the plain speed in bulk, a fifth for one-row commits (the README has the
+//! figures and what encryption does not protect).
+//!
 //! # Backup and restore
 //!
 //! [`SqliteEngine::backup`] (and [`SqliteEngine::backup_gz`],
@@ -49,6 +61,8 @@
 //! indexes with [`schema`], so each is written once for both engines.
 
 mod backup;
+#[cfg(feature = "encryption")]
+mod crypt;
 mod hot;
 mod options;
 pub mod schema;
@@ -68,6 +82,8 @@ use rusqlite::types::{ToSqlOutput, ValueRef as SqlValue};
 use rusqlite::{Connection, Statement};
 
 pub use backup::{verify_backup, BackupOptions, BackupProgress, BackupSummary};
+#[cfg(feature = "encryption")]
+pub use crypt::Key;
 pub use hot::{widen_lookaside, KeptConnection, KeptStatement};
 pub use options::{LockingMode, SqliteOptions, Synchronous};
 pub use rusqlite;
@@ -101,6 +117,10 @@ struct Inner {
     /// The last date-time written as text: a record's creation and modification
     /// times, and every row of a batch, share one instant.
     last_time: TimeText,
+    /// The key of an encrypted file: kept here rather than in the options, so
+    /// that a rekey replaces the only copy.
+    #[cfg(feature = "encryption")]
+    key: Option<Key>,
 }
 
 // SAFETY: `Inner` owns its connection and the statements that borrow it (see
@@ -143,11 +163,33 @@ impl TimeText {
 impl SqliteEngine {
     /// Opens (or creates) a database with these options.
     pub fn open(options: SqliteOptions) -> Result<Self> {
+        #[cfg(feature = "encryption")]
+        let (options, key) = {
+            let mut options = options;
+            let key = options.key.take();
+            (options, key)
+        };
+        #[cfg(feature = "encryption")]
+        let keyed = key.is_some();
+        #[cfg(not(feature = "encryption"))]
+        let keyed = false;
         let conn = match &options.path {
-            Some(p) => Connection::open(p),
+            Some(p) => {
+                check_header(p, keyed)?;
+                Connection::open(p)
+            }
+            None if keyed => {
+                return Err(Error::BadInput(
+                    "an in-memory database cannot be encrypted: give a file".into(),
+                ))
+            }
             None => Connection::open_in_memory(),
         }
         .map_err(eng)?;
+        #[cfg(feature = "encryption")]
+        if let (Some(k), Some(p)) = (&key, &options.path) {
+            crypt::apply_key(&conn, p, k)?;
+        }
         hot::widen_lookaside(&conn).map_err(eng)?;
         conn.set_prepared_statement_cache_capacity(128);
         conn.busy_timeout(options.busy_timeout).map_err(eng)?;
@@ -183,6 +225,8 @@ impl SqliteEngine {
                 conn: Box::new(conn),
                 owner: None,
                 last_time: TimeText::default(),
+                #[cfg(feature = "encryption")]
+                key,
             }),
             tx_ended: Condvar::new(),
             turn: backup::Turn::default(),
@@ -244,6 +288,73 @@ impl SqliteEngine {
                 Ok(g)
             }
         }
+    }
+}
+
+/// What the first bytes of a database file say.
+#[cfg_attr(not(feature = "encryption"), allow(dead_code))]
+enum Header {
+    /// No file, or an empty one: a new database.
+    Missing,
+    /// A plain SQLite database.
+    Plain,
+    /// Anything else: encrypted, or not a database.
+    Other,
+}
+
+fn read_header(path: &std::path::Path) -> Result<Header> {
+    use std::io::Read;
+    const MAGIC: &[u8; 16] = b"SQLite format 3\0";
+    let mut f = match std::fs::File::open(path) {
+        Ok(f) => f,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(Header::Missing),
+        Err(e) => {
+            return Err(Error::Io(std::io::Error::other(format!(
+                "cannot read {}: {e}",
+                path.display()
+            ))))
+        }
+    };
+    let mut h = [0u8; 16];
+    let mut n = 0;
+    while n < h.len() {
+        match f.read(&mut h[n..]) {
+            Ok(0) => break,
+            Ok(k) => n += k,
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+            Err(e) => {
+                return Err(Error::Io(std::io::Error::other(format!(
+                    "cannot read {}: {e}",
+                    path.display()
+                ))))
+            }
+        }
+    }
+    Ok(match n {
+        0 => Header::Missing,
+        _ if &h == MAGIC => Header::Plain,
+        _ => Header::Other,
+    })
+}
+
+/// Refuses, before anything is opened or written, a file whose kind does not
+/// match the options: SQLite would only say "file is not a database", later
+/// and without naming the file, and SQLCipher given a key for a plain file
+/// says the same.
+fn check_header(path: &std::path::Path, keyed: bool) -> Result<Header> {
+    match read_header(path)? {
+        Header::Other if !keyed => Err(Error::BadInput(format!(
+            "{} is not a plain SQLite database: it is encrypted (open it with its key, \
+             which needs burrow-sqlite's `encryption` feature) or not a database at all; \
+             nothing was changed",
+            path.display()
+        ))),
+        Header::Plain if keyed => Err(Error::BadInput(format!(
+            "{} is a plain (unencrypted) SQLite database but a key was given; nothing was \
+             changed: open it without a key, or encrypt it first (SqliteEngine::encrypt_file)",
+            path.display()
+        ))),
+        h => Ok(h),
     }
 }
 

@@ -42,6 +42,8 @@ pub struct SqliteOptions {
     pub(crate) wal: bool,
     pub(crate) cache_size_kib: Option<u32>,
     pub(crate) busy_timeout: Duration,
+    #[cfg(feature = "encryption")]
+    pub(crate) key: Option<crate::crypt::Key>,
 }
 
 impl SqliteOptions {
@@ -62,6 +64,8 @@ impl SqliteOptions {
             wal: false,
             cache_size_kib: None,
             busy_timeout: Duration::from_secs(5),
+            #[cfg(feature = "encryption")]
+            key: None,
         }
     }
 
@@ -104,6 +108,31 @@ impl SqliteOptions {
     /// this engine ([`burrow_core::Error::Busy`]). Default 5 s.
     pub fn busy_timeout(mut self, t: Duration) -> Self {
         self.busy_timeout = t;
+        self
+    }
+
+    /// Opens (or creates) the file encrypted with AES-256, its key derived
+    /// from `passphrase` (PBKDF2-HMAC-SHA512, 256,000 iterations, a random
+    /// salt kept in the file: tens of milliseconds at each open). An empty
+    /// passphrase, or one that reads as SQLCipher's raw-key form `x'…'`, is
+    /// refused at open. See [`crate::Key`] and the crate's "Encryption" section.
+    #[cfg(feature = "encryption")]
+    pub fn passphrase(self, passphrase: impl Into<String>) -> Self {
+        self.key(crate::Key::passphrase(passphrase))
+    }
+
+    /// Opens (or creates) the file encrypted with AES-256 under this raw
+    /// 256-bit key, used as is (no derivation: opening costs nothing extra;
+    /// the key must come from a good random source or a KDF of your own).
+    #[cfg(feature = "encryption")]
+    pub fn raw_key(self, key: [u8; 32]) -> Self {
+        self.key(crate::Key::raw(key))
+    }
+
+    /// Opens (or creates) the file encrypted under `key`.
+    #[cfg(feature = "encryption")]
+    pub fn key(mut self, key: crate::Key) -> Self {
+        self.key = Some(key);
         self
     }
 }

@@ -51,6 +51,10 @@ pub mod driver {
 #[cfg(feature = "sqlite")]
 #[cfg_attr(docsrs, doc(cfg(feature = "sqlite")))]
 pub mod sqlite {
+    /// The key of an encrypted file (feature `encryption`).
+    #[cfg(feature = "encryption")]
+    #[cfg_attr(docsrs, doc(cfg(feature = "encryption")))]
+    pub use burrow_sqlite::Key;
     pub use burrow_sqlite::{
         rusqlite, verify_backup, BackupOptions, BackupProgress, BackupSummary, LockingMode,
         SqliteEngine, SqliteOptions, SqliteTx, Synchronous,
