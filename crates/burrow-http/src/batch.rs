@@ -223,7 +223,7 @@ fn text_of(body: &[u8]) -> Result<&str> {
 /// [`parse`] of a body's text, handing writes to `sink` as soon as they
 /// are read (the first `rows.0`, then every `rows.1`), with the settings read
 /// so far. Returns the last part and the settings.
-fn parse_in_parts<'a>(
+pub(crate) fn parse_in_parts<'a>(
     model: &Model,
     default: Option<&'static Table>,
     text: &'a str,
@@ -810,6 +810,20 @@ pub(crate) fn parse_and_run<'a, 'e>(
     route: &Route<'e>,
     admit: &dyn Fn(&Op) -> bool,
 ) -> Option<Run<'a>> {
+    parse_and_run_in_parts(parser, client, default, body, route, admit, PART_ROWS)
+}
+
+/// [`parse_and_run`] with parts of `rows` writes: the fuzz targets make them
+/// tiny, so that small bodies run ahead too.
+pub(crate) fn parse_and_run_in_parts<'a, 'e>(
+    parser: &crate::server::Worker,
+    client: &Arc<Database>,
+    default: Option<&'static Table>,
+    body: &'a Arc<Vec<u8>>,
+    route: &Route<'e>,
+    admit: &dyn Fn(&Op) -> bool,
+    rows: (usize, usize),
+) -> Option<Run<'a>> {
     let (tx, rx) = mpsc::channel();
     // Parts applied come back to be filled again: their memory is already
     // touched, where a new part's faults in page by page.
@@ -819,7 +833,7 @@ pub(crate) fn parse_and_run<'a, 'e>(
         let run = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
             let text = text_of(&body2)?;
             let (last, settings) =
-                parse_in_parts(client2.model(), default, text, PART_ROWS, &mut |part, s| {
+                parse_in_parts(client2.model(), default, text, rows, &mut |part, s| {
                     let _ = tx.send(Msg::Part(detach(part, text), s));
                     let mut next = applied.try_recv().unwrap_or_default();
                     next.ops.clear();

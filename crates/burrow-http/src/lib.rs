@@ -40,6 +40,8 @@
 
 mod auth;
 mod batch;
+#[doc(hidden)]
+pub mod fuzzing;
 mod remote;
 mod rest;
 mod select;

@@ -85,7 +85,7 @@
 //! | `shutdown_timeout` | 10 s | connections closed |
 
 mod conn;
-mod request;
+pub(crate) mod request;
 mod response;
 pub(crate) mod wire;
 
