@@ -242,7 +242,9 @@ pub fn select_sql(data: &[u8]) {
         // What cannot travel inline (none of SAMPLE's kinds) is refused.
         Err(e) => panic!("{sql:?} parses but does not render: {e}"),
     };
-    let again = format!("SELECT {projection} FROM {} {tail}", s.table.name);
+    // `WHERE` before the tail, empty filter or not: after `FROM`, only
+    // WHERE, ORDER BY and LIMIT may come, and the tail may start with OFFSET.
+    let again = format!("SELECT {projection} FROM {} WHERE {tail}", s.table.name);
     let t = match parse_select(&m, &again) {
         Ok(t) => t,
         Err(e) => panic!("{sql:?} renders as {again:?}, refused: {e:?}"),
