@@ -386,7 +386,10 @@ fn read_binary(path: &Path, file: &[u8]) -> Result<Vec<FileTable>> {
             // really holds, up to one byte past the announced size.
             let mut out = Vec::with_capacity(raw_len.min(stored.len().saturating_mul(8)));
             zstd::stream::read::Decoder::with_buffer(stored)
-                .and_then(|d| d.take(raw_len as u64 + 1).read_to_end(&mut out))
+                .and_then(|d| {
+                    d.take((raw_len as u64).saturating_add(1))
+                        .read_to_end(&mut out)
+                })
                 .map_err(|e| bad(format!("zstd decompression failed: {e}")))?;
             std::borrow::Cow::Owned(out)
         }
