@@ -13,7 +13,11 @@ libfuzzer_sys::fuzz_target!(|data: &[u8]| {
         return;
     };
     // ID 0 is a body without an ID (an explicit one must be positive).
-    let mut cols = if row.id != 0 { vec![Column::Id] } else { Vec::new() };
+    let mut cols = if row.id != 0 {
+        vec![Column::Id]
+    } else {
+        Vec::new()
+    };
     cols.extend(present.iter().map(|&i| Column::Field(i)));
     let mut out = Vec::new();
     json::write_row(&mut out, &SAMPLE, &row, &cols, JsonDialect::Exact)
