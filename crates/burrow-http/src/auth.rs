@@ -619,9 +619,14 @@ impl Auth {
         }
         let sig = &uri[at + "session_signature=".len()..];
         let bad = Denied::Unauthenticated("invalid session signature");
-        if sig.len() < 24 || !sig.is_char_boundary(24) {
+        // Hexadecimal digits only: other text could cut a character at the
+        // slices below, and `from_str_radix` alone would take a `+`.
+        let Some(sig) = sig
+            .get(..24)
+            .filter(|s| s.bytes().all(|c| c.is_ascii_hexdigit()))
+        else {
             return Err(bad);
-        }
+        };
         let hex8 = |s: &str| u32::from_str_radix(s, 16).ok();
         let (id, ts, sign) = (
             hex8(&sig[..8]).ok_or(bad.clone())?,
@@ -682,6 +687,23 @@ mod test {
         let mut h = crc32fast::Hasher::new();
         h.update(b"123456789");
         assert_eq!(h.finalize(), 0xCBF4_3926);
+    }
+
+    /// Found by the `signature` fuzz target: a signature whose first 24
+    /// bytes end on a character boundary but cut one at byte 8 panicked.
+    #[test]
+    fn a_signature_that_is_not_hexadecimal_is_refused_not_a_panic() {
+        let auth = Auth::new().mormot_sessions(true);
+        for sig in [
+            "\u{fffd}\u{fffd}\u{fffd}000a00000e?s12345678",
+            "+0000001+0000002+0000003",
+        ] {
+            let target = format!("/root/Sample?session_signature={sig}");
+            assert_eq!(
+                auth.identify(&target, None),
+                Err(Denied::Unauthenticated("invalid session signature"))
+            );
+        }
     }
 
     #[test]

@@ -231,7 +231,7 @@ fn text_of(body: &[u8]) -> Result<&str> {
 /// [`parse`] of a body's text, handing writes to `sink` as soon as they
 /// are read (the first `rows.0`, then every `rows.1`), with the settings read
 /// so far. Returns the last part and the settings.
-fn parse_in_parts<'a>(
+pub(crate) fn parse_in_parts<'a>(
     model: &Model,
     writable: Writable<'_>,
     default: Option<&'static Table>,
@@ -842,6 +842,24 @@ pub(crate) fn parse_and_run<'a, 'e>(
     route: &Route<'e>,
     admit: &dyn Fn(&Op) -> bool,
 ) -> Option<Run<'a>> {
+    parse_and_run_in_parts(
+        parser, client, writable, default, body, route, admit, PART_ROWS,
+    )
+}
+
+/// [`parse_and_run`] with parts of `rows` writes: the fuzz targets make them
+/// tiny, so that small bodies run ahead too.
+#[allow(clippy::too_many_arguments)]
+pub(crate) fn parse_and_run_in_parts<'a, 'e>(
+    parser: &crate::server::Worker,
+    client: &Arc<Database>,
+    writable: Option<Arc<[&'static Table]>>,
+    default: Option<&'static Table>,
+    body: &'a Arc<Vec<u8>>,
+    route: &Route<'e>,
+    admit: &dyn Fn(&Op) -> bool,
+    rows: (usize, usize),
+) -> Option<Run<'a>> {
     let (tx, rx) = mpsc::channel();
     // Parts applied come back to be filled again: their memory is already
     // touched, where a new part's faults in page by page.
@@ -855,7 +873,7 @@ pub(crate) fn parse_and_run<'a, 'e>(
                 writable.as_deref(),
                 default,
                 text,
-                PART_ROWS,
+                rows,
                 &mut |part, s| {
                     let _ = tx.send(Msg::Part(detach(part, text), s));
                     let mut next = applied.try_recv().unwrap_or_default();

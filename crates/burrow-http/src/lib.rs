@@ -41,6 +41,8 @@
 mod admin;
 mod auth;
 mod batch;
+#[doc(hidden)]
+pub mod fuzzing;
 mod remote;
 mod rest;
 mod select;

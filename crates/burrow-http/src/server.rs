@@ -531,7 +531,7 @@ impl Drop for NotBusy {
 
 impl Worker {
     /// Starts the thread; it ends when the worker is dropped.
-    fn start(name: &str) -> io::Result<Worker> {
+    pub(crate) fn start(name: &str) -> io::Result<Worker> {
         let (jobs, rx) = std::sync::mpsc::channel::<Box<dyn FnOnce() + Send>>();
         std::thread::Builder::new()
             .name(name.into())

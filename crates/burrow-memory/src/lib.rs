@@ -105,6 +105,8 @@
 
 mod arena;
 mod backup;
+#[doc(hidden)]
+pub mod fuzzing;
 mod ids;
 mod layout;
 mod options;

@@ -4,7 +4,7 @@
 
 use std::fmt;
 use std::fs::{self, OpenOptions};
-use std::io::{self, Write};
+use std::io::{self, Read, Write};
 use std::path::{Path, PathBuf};
 
 use burrow_core::datetime::{format_date, format_datetime};
@@ -390,10 +390,20 @@ fn read_binary(path: &Path, file: &[u8]) -> Result<Vec<FileTable>> {
     let raw_len = usize::try_from(raw_len).map_err(|_| bad("payload too large".into()))?;
     let payload = match h[10] {
         COMPRESSION_NONE => std::borrow::Cow::Borrowed(stored),
-        COMPRESSION_ZSTD => std::borrow::Cow::Owned(
-            zstd::bulk::decompress(stored, raw_len)
-                .map_err(|e| bad(format!("zstd decompression failed: {e}")))?,
-        ),
+        COMPRESSION_ZSTD => {
+            // The announced size is no allocation to trust: a crafted header
+            // (its checksum recomputed) could ask for any amount, and the
+            // process would abort. The buffer grows with what the frame
+            // really holds, up to one byte past the announced size.
+            let mut out = Vec::with_capacity(raw_len.min(stored.len().saturating_mul(8)));
+            zstd::stream::read::Decoder::with_buffer(stored)
+                .and_then(|d| {
+                    d.take((raw_len as u64).saturating_add(1))
+                        .read_to_end(&mut out)
+                })
+                .map_err(|e| bad(format!("zstd decompression failed: {e}")))?;
+            std::borrow::Cow::Owned(out)
+        }
         c => return Err(bad(format!("unknown compression code {c}"))),
     };
     if payload.len() != raw_len {
@@ -871,5 +881,24 @@ mod test {
         let e = read_binary(Path::new("x.bmem"), &file).err().unwrap();
         assert!(e.to_string().contains("x.bmem"), "{e}");
         assert!(e.to_string().contains("past the end"), "{e}");
+    }
+
+    /// Found by the `memory_load` fuzz target: a zstd file whose header
+    /// announces an enormous payload (checksum recomputed) aborted the
+    /// process on allocating it; it is refused.
+    #[test]
+    fn an_announced_size_is_not_allocated_before_decompression() {
+        let mut payload = Vec::new();
+        put_varint(&mut payload, 0);
+        let (mut h, stored) = binary_file(&payload, Some(1)).unwrap();
+        h[20..28].copy_from_slice(&0x6622_0000_0000_0000u64.to_le_bytes());
+        let mut crc = crc32fast::Hasher::new();
+        crc.update(&h[..32]);
+        crc.update(&stored);
+        h[32..36].copy_from_slice(&crc.finalize().to_le_bytes());
+        let mut file = h;
+        file.extend_from_slice(&stored);
+        let e = read_binary(Path::new("x.bmem"), &file).err().unwrap();
+        assert!(e.to_string().contains("the header announces"), "{e}");
     }
 }

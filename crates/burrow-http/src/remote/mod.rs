@@ -34,7 +34,7 @@ mod batch;
 mod conn;
 mod login;
 mod pool;
-mod render;
+pub(crate) mod render;
 mod reply;
 mod retry;
 mod rows;

@@ -41,7 +41,7 @@ fn inline_param(v: &Value, out: &mut String) -> Result<()> {
 }
 
 /// The WHERE text of a filter with its parameters inline.
-pub(super) fn render_filter(table: &Table, filter: &Filter) -> Result<String> {
+pub(crate) fn render_filter(table: &Table, filter: &Filter) -> Result<String> {
     let mut sql = String::new();
     filter.write_sql(&mut sql, &mut |c: Column, o: &mut String| {
         o.push_str(table.column_name(c))
@@ -61,7 +61,7 @@ pub(super) fn render_filter(table: &Table, filter: &Filter) -> Result<String> {
 }
 
 /// WHERE, ORDER BY, LIMIT and OFFSET of a select, as the `where=` parameter.
-pub(super) fn render_tail(table: &Table, select: &Select) -> Result<String> {
+pub(crate) fn render_tail(table: &Table, select: &Select) -> Result<String> {
     let mut s = render_filter(table, &select.filter)?;
     for (i, (c, desc)) in select.order.iter().enumerate() {
         s.push_str(if i == 0 { " ORDER BY " } else { ", " });

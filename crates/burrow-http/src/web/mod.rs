@@ -93,7 +93,7 @@
 //! REST server's own (transactions, logins, WHERE clauses).
 
 mod conn;
-mod request;
+pub(crate) mod request;
 mod response;
 pub(crate) mod wire;
 
