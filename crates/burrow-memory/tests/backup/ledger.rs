@@ -2,6 +2,8 @@
 //! writer, consistent in every committed state and in no half-applied one.
 
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::Arc;
+use std::thread::JoinHandle;
 
 use burrow_core::{Batch, Database, Model, Orm};
 use burrow_derive::Record;
@@ -36,6 +38,88 @@ pub fn item(writer: i64, amount: i64) -> Item {
         writer,
         amount,
         note: format!("item of writer {writer}, amount {amount}, padded to look like a row"),
+    }
+}
+
+/// Fills an empty ledger with `rows` items, split between the two writers,
+/// and their tallies, in one transaction.
+pub fn fill(db: &Database, rows: i64) -> TestResult {
+    let mut batch = Batch::new();
+    let mut tallies = [1, 2].map(|id| Tally {
+        id,
+        ..Tally::default()
+    });
+    for i in 0..rows {
+        let w = 1 + i % 2;
+        batch.add(item(w, i));
+        tallies[(w - 1) as usize].rows += 1;
+        tallies[(w - 1) as usize].total += i;
+    }
+    for t in tallies {
+        batch.add_with_id(t.clone(), t.id);
+    }
+    let tx = db.transaction()?;
+    tx.send(&mut batch)?;
+    tx.commit()?;
+    Ok(())
+}
+
+/// The two writers of [`write_until`], running on their own threads.
+pub struct Writers {
+    stop: Arc<AtomicBool>,
+    commits: Arc<AtomicU64>,
+    threads: Vec<JoinHandle<Result<(), String>>>,
+}
+
+impl Writers {
+    /// Starts both writers on `db` and returns once they committed 20
+    /// times (a writer that stops before is a failure).
+    pub fn start(db: &Arc<Database>) -> Writers {
+        let stop = Arc::new(AtomicBool::new(false));
+        let commits = Arc::new(AtomicU64::new(0));
+        let threads: Vec<_> = (1..=2)
+            .map(|w| {
+                let (db, stop, commits) = (db.clone(), stop.clone(), commits.clone());
+                std::thread::spawn(move || {
+                    write_until(&db, w, &stop, &commits).map_err(|e| e.to_string())
+                })
+            })
+            .collect();
+        while commits.load(Ordering::Relaxed) < 20 {
+            if let Some(w) = threads.iter().position(|w| w.is_finished()) {
+                let failed = threads.into_iter().nth(w).map(|w| w.join());
+                panic!("a writer stopped early: {failed:?}");
+            }
+            std::thread::yield_now();
+        }
+        Writers {
+            stop,
+            commits,
+            threads,
+        }
+    }
+
+    /// Commits so far.
+    pub fn commits(&self) -> u64 {
+        self.commits.load(Ordering::Relaxed)
+    }
+
+    /// Waits (at most 30 s) until the writers commit once more.
+    pub fn next_commit(&self) {
+        let seen = self.commits();
+        let t = std::time::Instant::now();
+        while self.commits() == seen && t.elapsed().as_secs() < 30 {
+            std::thread::sleep(std::time::Duration::from_millis(1));
+        }
+    }
+
+    /// Stops both writers, failing if either failed.
+    pub fn stop(self) -> TestResult {
+        self.stop.store(true, Ordering::Relaxed);
+        for w in self.threads {
+            w.join().expect("writer panicked")?;
+        }
+        Ok(())
     }
 }
 

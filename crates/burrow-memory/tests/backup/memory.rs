@@ -2,10 +2,9 @@
 //! is one committed state; a broken backup is refused whole.
 
 use std::path::Path;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 
-use burrow_core::{Batch, Database, ErrorKind, Orm};
+use burrow_core::{Database, ErrorKind, Orm};
 use burrow_memory::{MemoryEngine, MemoryOptions};
 
 use super::ledger::*;
@@ -13,29 +12,7 @@ use super::ledger::*;
 fn filled(rows: i64) -> Result<(Arc<MemoryEngine>, Database), Box<dyn std::error::Error>> {
     let engine = Arc::new(MemoryEngine::new());
     let db = Database::open(model(), engine.clone())?;
-    let mut batch = Batch::new();
-    let mut tallies = [
-        Tally {
-            id: 1,
-            ..Tally::default()
-        },
-        Tally {
-            id: 2,
-            ..Tally::default()
-        },
-    ];
-    for i in 0..rows {
-        let w = 1 + i % 2;
-        batch.add(item(w, i));
-        tallies[(w - 1) as usize].rows += 1;
-        tallies[(w - 1) as usize].total += i;
-    }
-    for t in tallies {
-        batch.add_with_id(t.clone(), t.id);
-    }
-    let tx = db.transaction()?;
-    tx.send(&mut batch)?;
-    tx.commit()?;
+    fill(&db, rows)?;
     Ok((engine, db))
 }
 
@@ -45,33 +22,13 @@ fn backup_while_two_writers_commit_is_one_committed_state() -> TestResult {
     let (engine, db) = filled(4_000)?;
     let db = Arc::new(db);
     for gzip in [false, true] {
-        let stop = Arc::new(AtomicBool::new(false));
-        let commits = Arc::new(AtomicU64::new(0));
-        let writers: Vec<_> = (1..=2)
-            .map(|w| {
-                let (db, stop, commits) = (db.clone(), stop.clone(), commits.clone());
-                std::thread::spawn(move || {
-                    write_until(&db, w, &stop, &commits).map_err(|e| e.to_string())
-                })
-            })
-            .collect();
-        while commits.load(Ordering::Relaxed) < 20 {
-            if let Some(w) = writers.iter().position(|w| w.is_finished()) {
-                let failed = writers.into_iter().nth(w).map(|w| w.join());
-                panic!("a writer stopped early: {failed:?}");
-            }
-            std::thread::yield_now();
-        }
+        let writers = Writers::start(&db);
         let target = dir.path().join(if gzip { "b.gz" } else { "b.bmem" });
         // Several backups in a row, the writers committing in between.
-        let before = commits.load(Ordering::Relaxed);
+        let before = writers.commits();
         for _ in 0..3 {
             // Backups between commits, not before the writers start.
-            let seen = commits.load(Ordering::Relaxed);
-            let t = std::time::Instant::now();
-            while commits.load(Ordering::Relaxed) == seen && t.elapsed().as_secs() < 30 {
-                std::thread::yield_now();
-            }
+            writers.next_commit();
             if gzip {
                 engine.backup_gz(&target)?;
             } else {
@@ -84,11 +41,8 @@ fn backup_while_two_writers_commit_is_one_committed_state() -> TestResult {
             let tallies = check_consistent(&copy)?;
             assert!(tallies.iter().all(|t| t.rows >= 2_000), "{tallies:?}");
         }
-        let during = commits.load(Ordering::Relaxed) - before;
-        stop.store(true, Ordering::Relaxed);
-        for w in writers {
-            w.join().expect("writer panicked")?;
-        }
+        let during = writers.commits() - before;
+        writers.stop()?;
         assert!(during > 0, "the writers were blocked for the whole backups");
     }
     Ok(())

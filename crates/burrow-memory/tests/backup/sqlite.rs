@@ -2,11 +2,10 @@
 //! writers commit is one committed state; a broken backup is refused whole.
 
 use std::path::Path;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
-use burrow_core::{Batch, Database, ErrorKind, Orm};
+use burrow_core::{Database, ErrorKind, Orm};
 use burrow_sqlite::{verify_backup, BackupOptions, SqliteEngine, SqliteOptions};
 
 use super::ledger::*;
@@ -17,29 +16,7 @@ fn filled(
 ) -> Result<(Arc<SqliteEngine>, Database), Box<dyn std::error::Error>> {
     let engine = Arc::new(SqliteEngine::open(SqliteOptions::file(path))?);
     let db = Database::open(model(), engine.clone())?;
-    let mut batch = Batch::new();
-    let mut tallies = [
-        Tally {
-            id: 1,
-            ..Tally::default()
-        },
-        Tally {
-            id: 2,
-            ..Tally::default()
-        },
-    ];
-    for i in 0..rows {
-        let w = 1 + i % 2;
-        batch.add(item(w, i));
-        tallies[(w - 1) as usize].rows += 1;
-        tallies[(w - 1) as usize].total += i;
-    }
-    for t in tallies {
-        batch.add_with_id(t.clone(), t.id);
-    }
-    let tx = db.transaction()?;
-    tx.send(&mut batch)?;
-    tx.commit()?;
+    fill(&db, rows)?;
     Ok((engine, db))
 }
 
@@ -49,24 +26,8 @@ fn backup_while_two_writers_commit_is_one_committed_state() -> TestResult {
     let (engine, db) = filled(&dir.path().join("live.db"), 20_000)?;
     let db = Arc::new(db);
     for gzip in [None, Some(1)] {
-        let stop = Arc::new(AtomicBool::new(false));
-        let commits = Arc::new(AtomicU64::new(0));
-        let writers: Vec<_> = (1..=2)
-            .map(|w| {
-                let (db, stop, commits) = (db.clone(), stop.clone(), commits.clone());
-                std::thread::spawn(move || {
-                    write_until(&db, w, &stop, &commits).map_err(|e| e.to_string())
-                })
-            })
-            .collect();
-        while commits.load(Ordering::Relaxed) < 20 {
-            if let Some(w) = writers.iter().position(|w| w.is_finished()) {
-                let failed = writers.into_iter().nth(w).map(|w| w.join());
-                panic!("a writer stopped early: {failed:?}");
-            }
-            std::thread::yield_now();
-        }
-        let before = commits.load(Ordering::Relaxed);
+        let writers = Writers::start(&db);
+        let before = writers.commits();
         let target = dir
             .path()
             .join(if gzip.is_some() { "b.db.gz" } else { "b.db" });
@@ -82,18 +43,11 @@ fn backup_while_two_writers_commit_is_one_committed_state() -> TestResult {
             if calls == 1 {
                 // The lock is free between steps: a writer commits here,
                 // between the first step and the next.
-                let seen = commits.load(Ordering::Relaxed);
-                let t = std::time::Instant::now();
-                while commits.load(Ordering::Relaxed) == seen && t.elapsed().as_secs() < 30 {
-                    std::thread::sleep(Duration::from_millis(1));
-                }
+                writers.next_commit();
             }
         })?;
-        let during = commits.load(Ordering::Relaxed) - before;
-        stop.store(true, Ordering::Relaxed);
-        for w in writers {
-            w.join().expect("writer panicked")?;
-        }
+        let during = writers.commits() - before;
+        writers.stop()?;
         assert!(summary.steps > 10, "{summary:?}");
         assert_eq!(calls, summary.steps);
         assert!(during > 0, "the writers were blocked for the whole backup");
