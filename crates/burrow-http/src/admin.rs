@@ -202,17 +202,10 @@ fn start(sh: &Shared, backups: &Backups, req: &RestRequest) -> Outcome {
     let gzip = matches!(req.param("gzip").as_deref(), Some("1" | "true"));
     let engine: Arc<dyn Storage> = match req.param("table") {
         Some(t) => {
-            let table = sh
-                .client
-                .model()
-                .tables()
-                .iter()
-                .find(|x| x.name.eq_ignore_ascii_case(&t))
-                .copied()
-                .ok_or_else(|| Response::error(400, &format!("no table named {t}")))?;
+            let table = crate::rest::table(sh, &t)?;
             sh.client
                 .engine(table)
-                .map_err(|e| Response::error(400, &e.to_string()))?
+                .map_err(crate::rest::err)?
                 .clone()
         }
         None => match sh.client.engines() {

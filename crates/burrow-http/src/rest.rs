@@ -137,7 +137,7 @@ pub(crate) fn status_of(e: &Error) -> u16 {
     }
 }
 
-fn err(e: Error) -> Response {
+pub(crate) fn err(e: Error) -> Response {
     error_response(&e)
 }
 
@@ -374,7 +374,7 @@ fn route(sh: &Ctx<'_>, req: &RestRequest, who: Principal) -> Outcome {
     }
 }
 
-fn table(sh: &Shared, name: &str) -> std::result::Result<&'static Table, Response> {
+pub(crate) fn table(sh: &Shared, name: &str) -> std::result::Result<&'static Table, Response> {
     sh.client
         .model()
         .table(name)

@@ -317,16 +317,3 @@ fn flushing_the_server_cache_needs_the_right_to_write_the_table() -> TestResult 
     assert!(!cached());
     Ok(())
 }
-
-/// bob's bearer header (reader of Sample only).
-fn bob_token(addr: std::net::SocketAddr) -> String {
-    let r = raw(
-        addr,
-        "POST",
-        "/root/auth",
-        "",
-        br#"{"userName":"bob","password":"bob-secret"}"#,
-    );
-    let token = r.json()["result"].as_str().map(str::to_owned);
-    format!("Authorization: Bearer {}\r\n", token.expect("a token"))
-}

@@ -117,6 +117,20 @@ pub fn auth() -> Auth {
         .expect("auth")
 }
 
+/// bob's bearer header (reader of Sample only), from a login.
+pub fn bob_token(addr: SocketAddr) -> String {
+    let r = raw(
+        addr,
+        "POST",
+        "/root/auth",
+        "",
+        br#"{"userName":"bob","password":"bob-secret"}"#,
+    );
+    assert_eq!(r.status, 200, "{}", r.text());
+    let token = r.json()["result"].as_str().expect("a token").to_owned();
+    format!("Authorization: Bearer {token}\r\n")
+}
+
 /// One raw HTTP response.
 #[derive(Debug)]
 pub struct Raw {

@@ -18,24 +18,11 @@ fn wait_until(mut done: impl FnMut() -> bool) {
 
 const ANN: &str = "Authorization: Bearer tok-ann\r\n";
 
-fn tok_bob(addr: std::net::SocketAddr) -> String {
-    let r = raw(
-        addr,
-        "POST",
-        "/root/auth",
-        "",
-        br#"{"userName":"bob","password":"bob-secret"}"#,
-    );
-    assert_eq!(r.status, 200, "{}", r.text());
-    let token = r.json()["result"].as_str().expect("a token").to_owned();
-    format!("Authorization: Bearer {token}\r\n")
-}
-
 #[test]
 fn begin_needs_a_user_who_may_write() -> TestResult {
     let (server, hosted) = server_with(|b| b.auth(auth()));
     let addr = server.local_addr();
-    let bob = tok_bob(addr);
+    let bob = bob_token(addr);
     for path in ["/root", "/root/timestamp", "/root/auth", "/root/Sample"] {
         let mut c = RawConn::open(addr);
         let r = c.request("BEGIN", path, "", b"").ok_or("no answer")?;
