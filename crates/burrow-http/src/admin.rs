@@ -203,10 +203,7 @@ fn start(sh: &Shared, backups: &Backups, req: &RestRequest) -> Outcome {
     let engine: Arc<dyn Storage> = match req.param("table") {
         Some(t) => {
             let table = crate::rest::table(sh, &t)?;
-            sh.client
-                .engine(table)
-                .map_err(crate::rest::err)?
-                .clone()
+            sh.client.engine(table).map_err(crate::rest::err)?.clone()
         }
         None => match sh.client.engines() {
             [one] => one.clone(),
