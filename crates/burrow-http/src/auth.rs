@@ -11,11 +11,20 @@
 //!   client asks `GET /{root}/auth?username=…` for a server nonce, answers with
 //!   `SHA-256(root + nonce + clientnonce + user + SHA-256("salt" + password))`,
 //!   and gets `"{session}+{key}"`; every later URI then ends with
-//!   `session_signature=` + hex8(session) + hex8(timestamp) +
-//!   hex8(crc32(crc32(privatekey, timestamp), uri)). To check the answer, the
-//!   server must hold `SHA-256("salt" + password)` for each user, which is as
-//!   good as the password *for this scheme*: a mORMot server holds the same.
-//!   It is kept only while the scheme is enabled.
+//!   `session_signature=` + hex8(session) + hex8(timestamp) + hex8(signature)
+//!   where the signature is a hash of the session's private key, the
+//!   timestamp and the URI ([`UriSignature`]: SHA-256 by default, announced
+//!   to mORMot 2 clients in the login answer; CRC-32 only when asked for).
+//!   To check the answer, the server must hold `SHA-256("salt" + password)`
+//!   for each user, which is as good as the password *for this scheme*: a
+//!   mORMot server holds the same. It is kept only while the scheme is
+//!   enabled.
+//! - **Replays** of a signed URI are refused once its timestamp is more than
+//!   [`TIMESTAMP_SLACK`] ticks behind the session's clock (the client's
+//!   clock as last seen, carried forward by the server's); a login answer
+//!   opens one session only (a replayed login is refused). Burrow's own
+//!   client also binds each signature to the request's method (see
+//!   [`METHOD_BOUND_NONCE`]).
 //! - **Bearer tokens**: configured ones ([`Auth::token`]), or issued by
 //!   `POST /{root}/auth` with `{"userName":…,"password":…}` after an Argon2
 //!   check; sent as `Authorization: Bearer …`. Only their SHA-256 is kept.
@@ -146,7 +155,11 @@ struct User {
 struct Session {
     user: usize,
     private_key: u32,
-    last_timestamp: u32,
+    /// Signatures cover the method too (a Burrow client asked for it).
+    bound: bool,
+    /// The client's clock minus the server's, in ticks, as far ahead as a
+    /// verified signature has shown it; `None` before the first one.
+    clock: Option<i64>,
     expires: Instant,
 }
 
@@ -190,6 +203,10 @@ pub struct Auth {
     users: Vec<User>,
     tokens: Mutex<HashMap<[u8; 32], Token>>,
     sessions: Mutex<HashMap<u32, Session>>,
+    /// The logins already answered (their proof's hash), until their
+    /// server nonce expires.
+    used_logins: Mutex<UsedLogins>,
+    signature: UriSignature,
     mormot: bool,
     bearer: bool,
     session_ttl: Duration,
@@ -209,6 +226,7 @@ impl std::fmt::Debug for Auth {
                 &self.users.iter().map(|u| &u.name).collect::<Vec<_>>(),
             )
             .field("mormot", &self.mormot)
+            .field("signature", &self.signature)
             .field("bearer", &self.bearer)
             .finish_non_exhaustive()
     }
@@ -273,14 +291,145 @@ pub fn mormot_password_hash(password: &str) -> String {
     hex(&h.finalize())
 }
 
-/// mORMot's default URI signature (`suaCRC32`):
-/// `crc32(crc32(private_key, timestamp), uri)`.
-pub fn mormot_signature(private_key: u32, timestamp: &[u8], uri: &[u8]) -> u32 {
-    let mut h = crc32fast::Hasher::new_with_initial(private_key);
-    h.update(timestamp);
-    let mut h = crc32fast::Hasher::new_with_initial(h.finalize());
-    h.update(uri);
-    h.finalize()
+/// How a mORMot session's URIs are signed: the 32-bit `session_signature`
+/// hash of the session's private key, the timestamp and the URI. The server
+/// uses one for all sessions ([`Auth::uri_signature`]) and names it in its
+/// login answer (`"algo"`), which mORMot 2 clients follow.
+///
+/// Every form is cut to 32 bits and keyed by a 32-bit private key, so none
+/// resists an offline search of 2³² keys from one observed URI: it keeps
+/// honest clients apart and stops tampering in flight, not a determined
+/// eavesdropper. Over an untrusted network, use TLS.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum UriSignature {
+    /// mORMot's historical form (`suaCRC32`),
+    /// `crc32(crc32(key, timestamp), uri)`, the only one mORMot 1 and
+    /// SynCrossPlatform clients know. CRC-32 is linear: **one observed
+    /// signed URI gives back the private key**, after which any request of
+    /// that session can be forged. Enable it only for such clients, on a
+    /// network no one else can read.
+    Crc32,
+    /// `suaSHA256`: SHA-256 of the key (4 bytes, little-endian), the
+    /// timestamp and the URI, its eight 32-bit words xor-ed together. No
+    /// shortcut to the key is known. The default.
+    #[default]
+    Sha256,
+    /// `suaSHA512`: as [`UriSignature::Sha256`], with SHA-512.
+    Sha512,
+}
+
+impl UriSignature {
+    /// The name in a login answer's `"algo"` (mORMot's: the enumeration's
+    /// name without `sua`, in lower case).
+    pub fn name(self) -> &'static str {
+        match self {
+            UriSignature::Crc32 => "crc32",
+            UriSignature::Sha256 => "sha256",
+            UriSignature::Sha512 => "sha512",
+        }
+    }
+
+    /// The form called `name` in a login answer.
+    pub fn from_name(name: &str) -> Option<Self> {
+        [
+            UriSignature::Crc32,
+            UriSignature::Sha256,
+            UriSignature::Sha512,
+        ]
+        .into_iter()
+        .find(|a| a.name().eq_ignore_ascii_case(name))
+    }
+
+    /// The signature of `parts` (concatenated: the URI, or for a session
+    /// bound to methods, the method, a space and the URI) at `timestamp`
+    /// (its 8 hexadecimal digits, as sent).
+    pub fn sign(self, private_key: u32, timestamp: &[u8], parts: &[&[u8]]) -> u32 {
+        fn folded<D: Digest>(private_key: u32, timestamp: &[u8], parts: &[&[u8]]) -> u32 {
+            let mut h = D::new();
+            h.update(private_key.to_le_bytes());
+            h.update(timestamp);
+            for p in parts {
+                h.update(p);
+            }
+            h.finalize().chunks_exact(4).fold(0, |acc, w| {
+                acc ^ u32::from_le_bytes([w[0], w[1], w[2], w[3]])
+            })
+        }
+        match self {
+            UriSignature::Crc32 => {
+                let mut h = crc32fast::Hasher::new_with_initial(private_key);
+                h.update(timestamp);
+                let mut h = crc32fast::Hasher::new_with_initial(h.finalize());
+                for p in parts {
+                    h.update(p);
+                }
+                h.finalize()
+            }
+            UriSignature::Sha256 => folded::<Sha256>(private_key, timestamp, parts),
+            UriSignature::Sha512 => folded::<sha2::Sha512>(private_key, timestamp, parts),
+        }
+    }
+}
+
+/// A client nonce starting with this asks for a session whose signatures
+/// also cover the request's method (`METHOD uri`), so that a signed `GET`
+/// cannot be replayed as a `DELETE`. The nonce is part of the login proof,
+/// so no one can add or strip it; the server confirms with
+/// `"binding":"method"` in its answer. Burrow's client asks for it; a
+/// mORMot client never sends it.
+pub const METHOD_BOUND_NONCE: &str = "method-bound.";
+
+/// How many 256 ms ticks a signature's timestamp may lag behind its
+/// session's clock (requests sent in parallel arrive out of order): a
+/// captured signed URI can be replayed for at most about 10 s.
+pub(crate) const TIMESTAMP_SLACK: i64 = 40;
+
+/// How long a server nonce lasts, in seconds (the previous one is accepted
+/// too).
+const NONCE_PERIOD: u64 = 300;
+
+/// Sessions one user may hold at once; a login beyond closes the user's
+/// least recently used one.
+const SESSIONS_PER_USER: usize = 1024;
+
+/// Logins remembered to refuse their replay; a login beyond, with none
+/// expired, is refused with 503.
+const USED_LOGINS: usize = 1 << 16;
+
+/// The proofs of the logins answered while their server nonce is valid.
+#[derive(Default)]
+struct UsedLogins {
+    seen: std::collections::HashSet<[u8; 32]>,
+    order: std::collections::VecDeque<(Instant, [u8; 32])>,
+}
+
+impl UsedLogins {
+    /// Records `proof`; false if it was already used, or if the table is
+    /// full of logins not yet expired.
+    fn first_use(&mut self, proof: [u8; 32], now: Instant, valid: Duration) -> Option<bool> {
+        while let Some(&(until, p)) = self.order.front() {
+            if until > now {
+                break;
+            }
+            self.seen.remove(&p);
+            self.order.pop_front();
+        }
+        if self.seen.contains(&proof) {
+            return Some(false);
+        }
+        if self.seen.len() >= USED_LOGINS {
+            return None;
+        }
+        self.seen.insert(proof);
+        self.order.push_back((now + valid, proof));
+        Some(true)
+    }
+}
+
+/// The server's clock in mORMot's ticks (milliseconds ÷ 256).
+fn server_ticks() -> i64 {
+    static START: OnceLock<Instant> = OnceLock::new();
+    (START.get_or_init(Instant::now).elapsed().as_millis() >> 8) as i64
 }
 
 /// The private key both sides derive from the session key and the password hash.
@@ -307,10 +456,6 @@ pub fn mormot_proof(
     hex(&h.finalize())
 }
 
-/// How many 256 ms ticks a signature's timestamp may run behind the latest
-/// one seen on its session (requests sent in parallel arrive out of order).
-const TIMESTAMP_SLACK: u32 = 40;
-
 impl Auth {
     /// No user yet; mORMot's signed sessions and bearer tokens enabled,
     /// sessions lasting 60 minutes after their last use.
@@ -322,6 +467,8 @@ impl Auth {
             users: Vec::new(),
             tokens: Mutex::new(HashMap::new()),
             sessions: Mutex::new(HashMap::new()),
+            used_logins: Mutex::new(UsedLogins::default()),
+            signature: UriSignature::default(),
             mormot: true,
             bearer: true,
             session_ttl: Duration::from_secs(3600),
@@ -387,6 +534,14 @@ impl Auth {
         self
     }
 
+    /// How mORMot sessions sign their URIs (default: SHA-256, which mORMot 2
+    /// clients follow; [`UriSignature::Crc32`] only for older clients, with
+    /// the risk its documentation gives).
+    pub fn uri_signature(mut self, signature: UriSignature) -> Self {
+        self.signature = signature;
+        self
+    }
+
     /// Enables or disables bearer tokens (configured and issued).
     pub fn bearer_tokens(mut self, on: bool) -> Self {
         self.bearer = on;
@@ -447,7 +602,8 @@ impl Auth {
 
     /// The server nonce of the current five-minute period (`back` periods ago).
     fn nonce(&self, back: u64) -> String {
-        let period = burrow_core::chrono::Utc::now().timestamp().max(0) as u64 / 300 - back;
+        let period =
+            burrow_core::chrono::Utc::now().timestamp().max(0) as u64 / NONCE_PERIOD - back;
         let mut h = Sha256::new();
         h.update(self.secret);
         h.update(period.to_le_bytes());
@@ -487,11 +643,33 @@ impl Auth {
             return Err(Denied::Unauthenticated("invalid user name or password"));
         };
         self.throttle.succeeded(user, addr);
+        let now = Instant::now();
+        // A proof stays valid as long as its server nonce (two periods):
+        // one session per proof, so a replayed login opens nothing.
+        match self
+            .used_logins
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .first_use(
+                sha256(proof.to_ascii_lowercase().as_bytes()),
+                now,
+                Duration::from_secs(2 * NONCE_PERIOD),
+            ) {
+            Some(true) => {}
+            Some(false) => return Err(Denied::Unauthenticated("this login was already used")),
+            None => return Err(Denied::Busy),
+        }
         let mut rnd = [0u8; 16];
         crate::auth::random(&mut rnd);
         let mut sessions = self.sessions.lock().unwrap_or_else(PoisonError::into_inner);
-        let now = Instant::now();
         sessions.retain(|_, s| s.expires > now);
+        let mine = sessions.iter().filter(|(_, s)| s.user == u);
+        if mine.clone().count() >= SESSIONS_PER_USER {
+            let oldest = mine.min_by_key(|(_, s)| s.expires).map(|(&id, _)| id);
+            if let Some(id) = oldest {
+                sessions.remove(&id);
+            }
+        }
         let id = loop {
             let mut b = [0u8; 4];
             random(&mut b);
@@ -501,15 +679,18 @@ impl Auth {
             }
         };
         let key = format!("{id}+{}", hex(&rnd));
+        let bound = client_nonce.starts_with(METHOD_BOUND_NONCE);
         sessions.insert(
             id,
             Session {
                 user: u,
                 private_key: mormot_private_key(&key, hash),
-                last_timestamp: 0,
+                bound,
+                clock: None,
                 expires: now + self.session_ttl,
             },
         );
+        drop(sessions);
         let user = &self.users[u];
         let mut body = Vec::new();
         body.extend_from_slice(b"{\"result\":");
@@ -520,13 +701,23 @@ impl Auth {
         burrow_core::json::write_str(&mut body, &user.name);
         body.extend_from_slice(
             format!(
-                ",\"logongroup\":{},\"timeout\":{},\"server\":\"Burrow\",\"version\":\"{}\"}}",
+                ",\"logongroup\":{},\"timeout\":{},\"server\":\"Burrow\",\"version\":\"{}\"",
                 user.group + 1,
                 (self.session_ttl.as_secs() / 60).max(1),
                 env!("CARGO_PKG_VERSION")
             )
             .as_bytes(),
         );
+        // mORMot's server names every form but its historical default.
+        if self.signature != UriSignature::Crc32 {
+            body.extend_from_slice(b",\"algo\":\"");
+            body.extend_from_slice(self.signature.name().as_bytes());
+            body.push(b'"');
+        }
+        if bound {
+            body.extend_from_slice(b",\"binding\":\"method\"");
+        }
+        body.push(b'}');
         Ok(String::from_utf8(body).unwrap_or_default())
     }
 
@@ -591,6 +782,7 @@ impl Auth {
     /// URI (`target` as sent, with its leading `/`).
     pub(crate) fn identify(
         &self,
+        method: &str,
         target: &str,
         bearer: Option<&str>,
     ) -> std::result::Result<Principal, Denied> {
@@ -619,14 +811,12 @@ impl Auth {
         }
         let sig = &uri[at + "session_signature=".len()..];
         let bad = Denied::Unauthenticated("invalid session signature");
-        // Hexadecimal digits only: other text could cut a character at the
-        // slices below, and `from_str_radix` alone would take a `+`.
-        let Some(sig) = sig
-            .get(..24)
-            .filter(|s| s.bytes().all(|c| c.is_ascii_hexdigit()))
-        else {
+        // Exactly 24 hexadecimal digits: nothing may follow unsigned, and
+        // other text could cut a character at the slices below
+        // (`from_str_radix` alone would take a `+`).
+        if sig.len() != 24 || !sig.bytes().all(|c| c.is_ascii_hexdigit()) {
             return Err(bad);
-        };
+        }
         let hex8 = |s: &str| u32::from_str_radix(s, 16).ok();
         let (id, ts, sign) = (
             hex8(&sig[..8]).ok_or(bad.clone())?,
@@ -639,13 +829,24 @@ impl Auth {
             .filter(|s| s.expires > now)
             .ok_or(Denied::Unauthenticated("unknown or expired session"))?;
         let signed = &uri.as_bytes()[..at - 1];
-        if mormot_signature(s.private_key, &sig.as_bytes()[8..16], signed) != sign {
+        let timestamp = &sig.as_bytes()[8..16];
+        let want = if s.bound {
+            self.signature
+                .sign(s.private_key, timestamp, &[method.as_bytes(), b" ", signed])
+        } else {
+            self.signature.sign(s.private_key, timestamp, &[signed])
+        };
+        if want != sign {
             return Err(bad);
         }
-        if ts.wrapping_add(TIMESTAMP_SLACK) < s.last_timestamp {
+        // The session's clock is the client's, as far ahead as a signature
+        // has shown it, moving on with the server's: a timestamp far behind
+        // it is an old request sent again.
+        let ahead = i64::from(ts) - server_ticks();
+        if s.clock.is_some_and(|clock| ahead < clock - TIMESTAMP_SLACK) {
             return Err(Denied::Unauthenticated("replayed session signature"));
         }
-        s.last_timestamp = s.last_timestamp.max(ts);
+        s.clock = Some(s.clock.map_or(ahead, |clock| clock.max(ahead)));
         s.expires = now + self.session_ttl;
         Ok(Principal::User(s.user))
     }
@@ -700,10 +901,91 @@ mod test {
         ] {
             let target = format!("/root/Sample?session_signature={sig}");
             assert_eq!(
-                auth.identify(&target, None),
+                auth.identify("GET", &target, None),
                 Err(Denied::Unauthenticated("invalid session signature"))
             );
         }
+    }
+
+    /// mORMot 2's `ComputeSignatureAlgo`: the key's 4 bytes, the timestamp's
+    /// 8 digits and the URI hashed, the digest's 32-bit words xor-ed
+    /// (values from an independent implementation, Python's hashlib/zlib).
+    #[test]
+    fn signatures_match_mormots_formulas() {
+        let sign = |a: UriSignature| a.sign(0x1234_5678, b"0000abcd", &[b"root/Sample/1"]);
+        assert_eq!(sign(UriSignature::Sha256), 0x5e6e_adf5);
+        assert_eq!(sign(UriSignature::Sha512), 0x54c8_bd7c);
+        assert_eq!(sign(UriSignature::Crc32), 0x200c_2f54);
+        // Parts are hashed as one text.
+        assert_eq!(
+            UriSignature::Sha256.sign(0x1234_5678, b"0000abcd", &[b"root/", b"Sample/1"]),
+            0x5e6e_adf5
+        );
+        for a in [
+            UriSignature::Crc32,
+            UriSignature::Sha256,
+            UriSignature::Sha512,
+        ] {
+            assert_eq!(UriSignature::from_name(a.name()), Some(a));
+        }
+        assert_eq!(
+            UriSignature::from_name("SHA256"),
+            Some(UriSignature::Sha256)
+        );
+        assert_eq!(UriSignature::from_name("md5"), None);
+    }
+
+    /// A signed URI captured and sent again once the session's clock has
+    /// moved on by more than the slack is refused, however idle the client.
+    #[test]
+    fn a_captured_signature_expires_with_time() {
+        let mut auth = Auth::new()
+            .group(Group::new("g").all_tables(Rights::ALL))
+            .user("ann", "secret", "g")
+            .expect("auth");
+        auth.seal();
+        let hash = mormot_password_hash("secret");
+        let proof = mormot_proof("root", &auth.nonce(0), "cn", "ann", &hash);
+        let body = auth
+            .mormot_login("root", "ann", &proof, "cn", None)
+            .expect("a login");
+        let v: serde_json::Value = serde_json::from_str(&body).expect("JSON");
+        let session = v["result"].as_str().expect("a key");
+        let id: u32 = session
+            .split('+')
+            .next()
+            .and_then(|s| s.parse().ok())
+            .expect("an id");
+        let key = mormot_private_key(session, &hash);
+        let sign = UriSignature::Sha256.sign(key, b"00001000", &[b"root/Sample/1"]);
+        let target = format!("/root/Sample/1?session_signature={id:08x}00001000{sign:08x}");
+        assert_eq!(auth.identify("GET", &target, None), Ok(Principal::User(0)));
+        assert_eq!(auth.identify("GET", &target, None), Ok(Principal::User(0)));
+        // The server's clock runs on by the slack and one tick.
+        if let Some(s) = auth.sessions.lock().expect("lock").get_mut(&id) {
+            s.clock = s.clock.map(|c| c + TIMESTAMP_SLACK + 1);
+        }
+        assert_eq!(
+            auth.identify("GET", &target, None),
+            Err(Denied::Unauthenticated("replayed session signature"))
+        );
+    }
+
+    #[test]
+    fn a_user_holds_a_bounded_number_of_sessions() {
+        let mut auth = Auth::new()
+            .group(Group::new("g").all_tables(Rights::ALL))
+            .user("ann", "secret", "g")
+            .expect("auth");
+        auth.seal();
+        let hash = mormot_password_hash("secret");
+        for i in 0..SESSIONS_PER_USER + 10 {
+            let cnonce = format!("cn{i}");
+            let proof = mormot_proof("root", &auth.nonce(0), &cnonce, "ann", &hash);
+            auth.mormot_login("root", "ann", &proof, &cnonce, None)
+                .expect("a login");
+        }
+        assert_eq!(auth.sessions.lock().expect("lock").len(), SESSIONS_PER_USER);
     }
 
     #[test]

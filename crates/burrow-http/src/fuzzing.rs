@@ -16,7 +16,7 @@ use burrow_core::{
     Value,
 };
 
-use crate::auth::{Auth, Group, Principal, Rights};
+use crate::auth::{Auth, Group, Principal, Rights, UriSignature, METHOD_BOUND_NONCE};
 use crate::batch::{self, Run};
 use crate::select::{parse_select, Projection};
 use crate::server::Worker;
@@ -361,35 +361,62 @@ struct Session {
     /// The session's ID and private key, as the client holds them.
     id: u32,
     key: u32,
+    algo: UriSignature,
+    /// Signatures cover the method.
+    bound: bool,
 }
 
 const TOKEN: &str = "fuzz-token-0123456789";
 
-fn session() -> &'static Session {
-    static S: OnceLock<Session> = OnceLock::new();
+/// A session as a mORMot client opens it, on a server signing with `algo`;
+/// `bound` asks for signatures bound to the method, as Burrow's client does.
+fn open_session(algo: UriSignature, bound: bool) -> Session {
+    let mut auth = Auth::new()
+        .group(Group::new("g").all_tables(Rights::ALL))
+        .user("ann", "secret", "g")
+        .and_then(|a| a.token(TOKEN, "ann"))
+        .expect("an Auth")
+        .mormot_sessions(true)
+        .uri_signature(algo)
+        .bearer_tokens(true);
+    auth.seal();
+    let hash = crate::auth::mormot_password_hash("secret");
+    let nonce = auth.mormot_nonce().expect("mORMot sessions are on");
+    let cnonce = if bound {
+        format!("{METHOD_BOUND_NONCE}cn")
+    } else {
+        "cn".to_owned()
+    };
+    let proof = crate::auth::mormot_proof("root", &nonce, &cnonce, "ann", &hash);
+    let body = auth
+        .mormot_login("root", "ann", &proof, &cnonce, None)
+        .expect("a login");
+    let v: serde_json::Value = serde_json::from_str(&body).expect("a login answer");
+    let session_key = v["result"].as_str().expect("a session key").to_owned();
+    let id = session_key
+        .split_once('+')
+        .and_then(|(id, _)| id.parse().ok())
+        .expect("a session ID");
+    let key = crate::auth::mormot_private_key(&session_key, &hash);
+    assert_eq!(v["binding"].as_str() == Some("method"), bound);
+    Session {
+        auth,
+        id,
+        key,
+        algo,
+        bound,
+    }
+}
+
+/// CRC-32 (mORMot 1's form): every change of one byte changes it, which the
+/// target checks; SHA-256 bound to the method: Burrow's own client's form.
+fn sessions() -> &'static [Session; 2] {
+    static S: OnceLock<[Session; 2]> = OnceLock::new();
     S.get_or_init(|| {
-        let mut auth = Auth::new()
-            .group(Group::new("g").all_tables(Rights::ALL))
-            .user("ann", "secret", "g")
-            .and_then(|a| a.token(TOKEN, "ann"))
-            .expect("an Auth")
-            .mormot_sessions(true)
-            .bearer_tokens(true);
-        auth.seal();
-        let hash = crate::auth::mormot_password_hash("secret");
-        let nonce = auth.mormot_nonce().expect("mORMot sessions are on");
-        let proof = crate::auth::mormot_proof("root", &nonce, "cn", "ann", &hash);
-        let body = auth
-            .mormot_login("root", "ann", &proof, "cn", None)
-            .expect("a login");
-        let v: serde_json::Value = serde_json::from_str(&body).expect("a login answer");
-        let session_key = v["result"].as_str().expect("a session key").to_owned();
-        let id = session_key
-            .split_once('+')
-            .and_then(|(id, _)| id.parse().ok())
-            .expect("a session ID");
-        let key = crate::auth::mormot_private_key(&session_key, &hash);
-        Session { auth, id, key }
+        [
+            open_session(UriSignature::Crc32, false),
+            open_session(UriSignature::Sha256, true),
+        ]
     })
 }
 
@@ -397,18 +424,20 @@ fn session() -> &'static Session {
 /// names the one user, never panics; a URI signed as a mORMot client signs
 /// it is accepted, and the same URI with one byte changed is refused.
 pub fn signature(data: &[u8]) {
-    let s = session();
+    let [crc, sha] = sessions();
     let text = String::from_utf8_lossy(data);
-    if let Ok(who) = s.auth.identify(&text, None) {
-        assert_eq!(who, Principal::User(0));
+    for s in [crc, sha] {
+        if let Ok(who) = s.auth.identify("GET", &text, None) {
+            assert_eq!(who, Principal::User(0));
+        }
+        assert_eq!(
+            s.auth.identify("GET", "/root/x", Some(&text)).is_ok(),
+            text == TOKEN
+        );
     }
-    assert_eq!(
-        s.auth.identify("/root/x", Some(&text)).is_ok(),
-        text == TOKEN
-    );
 
     // A client's signed URI: the path (without its `/`), signed with the
-    // timestamp's text and the session's key.
+    // timestamp's text and the session's key (and the method, if bound).
     static CLOCK: AtomicU32 = AtomicU32::new(1000);
     let Some((&at, path)) = data.split_first() else {
         return;
@@ -418,22 +447,32 @@ pub fn signature(data: &[u8]) {
     };
     let sep = if path.contains('?') { '&' } else { '?' };
     let ts = format!("{:08x}", CLOCK.fetch_add(1, Ordering::Relaxed));
-    let sign = crate::auth::mormot_signature(s.key, ts.as_bytes(), path.as_bytes());
-    let target = format!("/{path}{sep}session_signature={:08x}{ts}{sign:08x}", s.id);
-    assert_eq!(
-        s.auth.identify(&target, None),
-        Ok(Principal::User(0)),
-        "{target:?}"
-    );
+    let signed = |s: &Session| {
+        let parts: &[&[u8]] = if s.bound {
+            &[b"GET ", path.as_bytes()]
+        } else {
+            &[path.as_bytes()]
+        };
+        let sign = s.algo.sign(s.key, ts.as_bytes(), parts);
+        format!("/{path}{sep}session_signature={:08x}{ts}{sign:08x}", s.id)
+    };
+    for s in [crc, sha] {
+        let target = signed(s);
+        assert_eq!(
+            s.auth.identify("GET", &target, None),
+            Ok(Principal::User(0)),
+            "{target:?}"
+        );
+    }
     // One byte changed, in the signed path or in the signature: refused
     // (a CRC catches every change of one byte).
-    let mut bytes = target.into_bytes();
+    let mut bytes = signed(crc).into_bytes();
     let i = usize::from(at) % bytes.len();
     if bytes[i].is_ascii() && i > 0 {
         bytes[i] ^= 1;
         let changed = String::from_utf8(bytes).expect("ASCII for ASCII");
         assert!(
-            s.auth.identify(&changed, None).is_err(),
+            crc.auth.identify("GET", &changed, None).is_err(),
             "{changed:?} is accepted"
         );
     }

@@ -53,7 +53,8 @@ mod tls;
 pub mod web;
 
 pub use auth::{
-    mormot_password_hash, mormot_private_key, mormot_proof, mormot_signature, Auth, Group, Rights,
+    mormot_password_hash, mormot_private_key, mormot_proof, Auth, Group, Rights, UriSignature,
+    METHOD_BOUND_NONCE,
 };
 pub use remote::{RemoteBuilder, RemoteEngine, RemoteError};
 pub use server::{Execution, Server, ServerBuilder, TxLimits};

@@ -178,7 +178,8 @@ pub(crate) fn authenticate(
             }
         }
     }
-    auth.identify(head.target(), bearer).map_err(denied)
+    auth.identify(head.method(), head.target(), bearer)
+        .map_err(denied)
 }
 
 /// The `Authorization: Bearer` token. Two `Authorization` headers are

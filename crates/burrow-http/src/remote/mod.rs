@@ -66,6 +66,7 @@ pub struct RemoteBuilder {
     timeout: Duration,
     cache: OrmCache,
     login: Option<(String, String, bool)>,
+    weak_signatures: bool,
     bearer: Option<String>,
     #[cfg(feature = "tls")]
     tls_roots: Option<Vec<u8>>,
@@ -81,6 +82,15 @@ impl RemoteBuilder {
     /// Logs in with mORMot's signed-session scheme, then signs every URI.
     pub fn login(mut self, user: impl Into<String>, password: impl Into<String>) -> Self {
         self.login = Some((user.into(), password.into(), false));
+        self
+    }
+
+    /// Accepts a server that signs sessions with CRC-32 (mORMot's historical
+    /// form, [`crate::UriSignature::Crc32`]): one observed signed request
+    /// gives its session's key away. Off by default: [`Self::login`] then
+    /// fails against such a server.
+    pub fn weak_signatures(mut self, allow: bool) -> Self {
+        self.weak_signatures = allow;
         self
     }
 
@@ -167,7 +177,9 @@ impl RemoteBuilder {
             return Err(r.error(None));
         }
         match self.login {
-            Some((user, password, false)) => engine.login_mormot(&user, &password)?,
+            Some((user, password, false)) => {
+                engine.login_mormot(&user, &password, self.weak_signatures)?
+            }
             Some((user, password, true)) => engine.login_bearer(&user, &password)?,
             None => {}
         }
@@ -213,6 +225,7 @@ impl RemoteEngine {
             timeout: Duration::from_secs(60),
             cache: OrmCache::new(),
             login: None,
+            weak_signatures: false,
             bearer: None,
             #[cfg(feature = "tls")]
             tls_roots: None,
@@ -250,7 +263,7 @@ impl RemoteEngine {
             .credentials
             .lock()
             .unwrap_or_else(PoisonError::into_inner);
-        creds.sign(&mut uri);
+        creds.sign(method, &mut uri);
         let _ = write!(
             out,
             "{method} /{uri} HTTP/1.1\r\nHost: {}\r\nUser-Agent: Burrow/{}\r\nAccept: */*\r\nBurrow-Json: exact, compact\r\nContent-Type: application/json; charset=UTF-8\r\nContent-Length: {len}\r\n",

@@ -3,7 +3,7 @@
 
 use burrow_core::{ErrorKind, Orm};
 use burrow_http::{
-    mormot_password_hash, mormot_private_key, mormot_proof, mormot_signature, RemoteEngine, Server,
+    mormot_password_hash, mormot_private_key, mormot_proof, RemoteEngine, Server, UriSignature,
 };
 
 use crate::common::*;
@@ -212,7 +212,7 @@ fn mormot_signed_sessions() -> TestResult {
     let private = mormot_private_key(&key, &hash);
     let sign = |url: &str, ts: u32| {
         let ts = format!("{ts:08x}");
-        let s = mormot_signature(private, ts.as_bytes(), url.as_bytes());
+        let s = UriSignature::Sha256.sign(private, ts.as_bytes(), &[url.as_bytes()]);
         format!("/{url}?session_signature={id:08x}{ts}{s:08x}")
     };
     let r = raw(addr, "GET", &sign("root/Sample/1", 1000), "", b"");

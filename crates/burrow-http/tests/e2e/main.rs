@@ -12,6 +12,7 @@ mod concurrency;
 mod login;
 mod orm;
 mod retry;
+mod signatures;
 mod tls;
 mod tx_limits;
 mod wire;
