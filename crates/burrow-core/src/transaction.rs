@@ -6,7 +6,7 @@
 //! another instead of each holding one and waiting for the other.
 
 use std::ops::Deref;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 
 use crate::batch::BatchOptions;
@@ -63,6 +63,9 @@ pub struct Transaction<'a> {
     client: ClientRef<'a>,
     /// One per engine of the client, in the client's (global) order.
     txs: Vec<Box<dyn EngineTx>>,
+    /// Set by [`Transaction::fail`]: nothing more goes through, and the end
+    /// is a rollback.
+    failed: AtomicBool,
 }
 
 impl<'a> Transaction<'a> {
@@ -72,13 +75,23 @@ impl<'a> Transaction<'a> {
             // On a failure, the engines begun so far roll back as `txs` drops.
             txs.push(e.clone().begin()?);
         }
-        Ok(Transaction { client, txs })
+        Ok(Transaction {
+            client,
+            txs,
+            failed: AtomicBool::new(false),
+        })
     }
 
     /// Commits on every engine, in order. A commit that fails rolls back the
     /// engines after it; the engines before it stay committed (engines do
     /// not share a two-phase commit).
+    /// A transaction marked failed ([`Transaction::fail`]) rolls back
+    /// instead, and says so.
     pub fn commit(self) -> Result<()> {
+        if self.is_failed() {
+            let _ = self.rollback();
+            return Err(FAILED);
+        }
         for tx in self.txs {
             tx.commit()?;
         }
@@ -102,15 +115,44 @@ impl<'a> Transaction<'a> {
     pub fn client(&self) -> &Database {
         &self.client
     }
+
+    /// Marks the transaction failed, for a unit of work that went wrong
+    /// part-way through in a way its caller cannot undo alone (such as a
+    /// batch body found malformed after some of its writes ran): every later
+    /// call through it fails, and [`Transaction::commit`] rolls back and
+    /// fails. Only dropping (or rolling back) ends it.
+    pub fn fail(&self) {
+        self.failed.store(true, Ordering::Relaxed);
+    }
+
+    /// Whether [`Transaction::fail`] was called.
+    pub fn is_failed(&self) -> bool {
+        self.failed.load(Ordering::Relaxed)
+    }
+
+    fn usable(&self) -> Result<()> {
+        if self.is_failed() {
+            Err(FAILED)
+        } else {
+            Ok(())
+        }
+    }
 }
+
+/// What a call through a failed transaction gets.
+const FAILED: Error = Error::Transaction(
+    "the transaction failed part-way through a unit of work and is rolled back; end it",
+);
 
 impl Orm for Transaction<'_> {
     fn route(&self, table: &'static Table) -> Result<&dyn RowOps> {
+        self.usable()?;
         let e = self.client.engine_index(table)?;
         Ok(&*self.txs[e] as &dyn RowOps)
     }
 
     fn sql_host(&self) -> Result<&dyn SqlHost> {
+        self.usable()?;
         let e = self.client.sql_index()?;
         self.txs[e].sql_host().ok_or_else(|| self.client.no_sql(e))
     }
@@ -124,6 +166,7 @@ impl Orm for Transaction<'_> {
         // Inside a transaction the caller's handle decides what is kept: a
         // failed item stops the batch (with rollback-on-error the caller
         // rolls back) and the results so far are the caller's to drop.
+        self.usable()?;
         let stop = options.rollback_on_error || stop_on_error;
         let mut results = Vec::with_capacity(items.len());
         let mut run = 0;

@@ -11,7 +11,7 @@ use burrow_core::chrono::{DateTime, Utc};
 use burrow_core::driver::same_engine;
 use burrow_core::{
     json, AutoTime, BatchItem, BatchOp, BatchOptions, BatchResult, Database, EngineTx, Error,
-    FieldKind, Fields, Model, OwnedRow, Result, Storage, Table, Value, ValueRef,
+    FieldKind, Fields, Model, Orm, OwnedRow, Result, Storage, Table, Transaction, Value, ValueRef,
 };
 
 use crate::rest::status_of;
@@ -860,9 +860,89 @@ pub(crate) fn parse_and_run_in_parts<'a, 'e>(
     admit: &dyn Fn(&Op) -> bool,
     rows: (usize, usize),
 ) -> Option<Run<'a>> {
+    // Checked here too, while the first part is parsed; if this fails, so
+    // does the parse, before any part.
+    let text = std::str::from_utf8(body).unwrap_or_default();
+    let mut ahead = Speculation::NotYet;
+    let mut parts: Vec<Part<'static>> = Vec::new();
+    let mut changed = Vec::new();
+    // Parts applied ahead were given back: should the batch run as usual
+    // after all, the body is parsed again.
+    let mut given_back = false;
+    let end = drive(
+        parser,
+        client,
+        writable,
+        default,
+        body,
+        rows,
+        &mut |part, settings| {
+            ahead.apply(&part, text, settings, route, admit);
+            if let Speculation::On(_) = ahead {
+                changed.extend(part.ops.iter().filter_map(Op::changes));
+                given_back = true;
+                Some(part)
+            } else {
+                parts.push(part);
+                None
+            }
+        },
+    );
+    let (last, settings) = match end {
+        // The speculation's drop rolls back.
+        Driven::Panicked(panic) => std::panic::resume_unwind(panic),
+        Driven::Lost => {
+            ahead.undo();
+            return None;
+        }
+        Driven::End(Ok(end)) => end,
+        Driven::End(Err(e)) => {
+            ahead.undo();
+            return Some(Run::Invalid(e));
+        }
+    };
+    if let Speculation::On(_) = ahead {
+        ahead.apply(&last, text, settings, route, admit);
+        changed.extend(last.ops.iter().filter_map(Op::changes));
+    }
+    parts.push(last);
+    Some(match ahead.finish(settings) {
+        Some(r) => Run::Ran(changed, r),
+        None if given_back => Run::Again,
+        None => Run::Parsed(Parsed {
+            parts,
+            settings,
+            text,
+        }),
+    })
+}
+
+/// How the parsing thread's work on a body ended.
+enum Driven {
+    /// The last part, or why the body is malformed.
+    End(Result<(Part<'static>, Settings)>),
+    /// The parser thread is gone, the body not parsed.
+    Lost,
+    Panicked(Box<dyn Any + Send>),
+}
+
+/// Parses `body` on the `parser` thread in parts of `rows` writes, handing
+/// each part (but the last, returned) to `each` on this thread as soon as
+/// it is parsed. `each` gives a part back when done with it, to be filled
+/// again: its memory is already touched, where a new part's faults in page
+/// by page. `None`: the parser is busy with another body, nothing was
+/// parsed.
+#[allow(clippy::too_many_arguments)]
+fn drive(
+    parser: &crate::server::Worker,
+    client: &Arc<Database>,
+    writable: Option<Arc<[&'static Table]>>,
+    default: Option<&'static Table>,
+    body: &Arc<Vec<u8>>,
+    rows: (usize, usize),
+    each: &mut dyn FnMut(Part<'static>, Settings) -> Option<Part<'static>>,
+) -> Driven {
     let (tx, rx) = mpsc::channel();
-    // Parts applied come back to be filled again: their memory is already
-    // touched, where a new part's faults in page by page.
     let (back, applied) = mpsc::channel::<Part<'static>>();
     let (client2, body2) = (client.clone(), body.clone());
     let job = move || {
@@ -892,64 +972,196 @@ pub(crate) fn parse_and_run_in_parts<'a, 'e>(
     // A parser busy with another body would make this one wait: it is
     // parsed here instead, as usual.
     if !parser.try_send(job) {
-        return None;
+        return Driven::Lost;
     }
-    // Checked here too, while the first part is parsed; if this fails, so
-    // does the parse, before any part.
-    let text = std::str::from_utf8(body).unwrap_or_default();
-    let mut ahead = Speculation::NotYet;
-    let mut parts: Vec<Part<'static>> = Vec::new();
-    let mut changed = Vec::new();
-    // Parts applied ahead were given back: should the batch run as usual
-    // after all, the body is parsed again.
-    let mut given_back = false;
     // Parts given back once the parser is done: freed on its thread.
     let mut spent = Vec::new();
     let end = loop {
         match rx.recv() {
             Ok(Msg::Part(part, settings)) => {
-                ahead.apply(&part, text, settings, route, admit);
-                if let Speculation::On(_) = ahead {
-                    changed.extend(part.ops.iter().filter_map(Op::changes));
-                    given_back = true;
+                if let Some(part) = each(part, settings) {
                     if let Err(mpsc::SendError(part)) = back.send(part) {
                         spent.push(part);
                     }
-                } else {
-                    parts.push(part);
                 }
             }
-            Ok(Msg::End(end)) => break end,
-            // The speculation's drop rolls back.
-            Ok(Msg::Panicked(panic)) => std::panic::resume_unwind(panic),
-            Err(_) => {
-                ahead.undo();
-                return None;
-            }
+            Ok(Msg::End(end)) => break Driven::End(end),
+            Ok(Msg::Panicked(panic)) => break Driven::Panicked(panic),
+            Err(_) => break Driven::Lost,
         }
+    };
+    parser.send(move || drop(spent));
+    end
+}
+
+/// What [`parse_and_run_in_tx`] did.
+pub(crate) enum TxRun<E> {
+    /// Every write ran through the transaction (or stopped at a failed one,
+    /// as [`execute`] stops); the rows they changed are given back.
+    Ran(Vec<(&'static Table, i64)>, Result<Vec<BatchResult>>),
+    /// The body is malformed, or `admit` refused a write (its answer).
+    /// `wrote`: writes ran before it was found, which nothing can undo
+    /// alone, so the transaction was marked failed.
+    Refused(std::result::Result<Error, E>, bool),
+}
+
+/// Inside a connection's open transaction: parses `body` on the `parser`
+/// thread while this one applies the writes read so far through `tx`, so
+/// that the rows of a large body need not all be held at once. `None`: the
+/// parser is busy; nothing ran, and the caller runs the body as usual.
+///
+/// A failed write stops or is reported as [`execute`] does. A body found
+/// malformed, or a write `admit` refuses, after writes already ran fails
+/// the transaction ([`Transaction::fail`]): later calls in it fail and it
+/// can only be rolled back, as in PostgreSQL after an error, so a partly
+/// applied batch can never be committed.
+pub(crate) fn parse_and_run_in_tx<E>(
+    parser: &crate::server::Worker,
+    client: &Arc<Database>,
+    tx: &Transaction<'static>,
+    writable: Option<Arc<[&'static Table]>>,
+    default: Option<&'static Table>,
+    body: &Arc<Vec<u8>>,
+    admit: &dyn Fn(&Op) -> std::result::Result<(), E>,
+) -> Option<TxRun<E>> {
+    parse_and_run_in_tx_parts(
+        parser, client, tx, writable, default, body, admit, PART_ROWS,
+    )
+}
+
+/// [`parse_and_run_in_tx`] with parts of `rows` writes.
+#[allow(clippy::too_many_arguments)]
+pub(crate) fn parse_and_run_in_tx_parts<E>(
+    parser: &crate::server::Worker,
+    client: &Arc<Database>,
+    tx: &Transaction<'static>,
+    writable: Option<Arc<[&'static Table]>>,
+    default: Option<&'static Table>,
+    body: &Arc<Vec<u8>>,
+    admit: &dyn Fn(&Op) -> std::result::Result<(), E>,
+    rows: (usize, usize),
+) -> Option<TxRun<E>> {
+    let text = std::str::from_utf8(body).unwrap_or_default();
+    let mut st = InTx {
+        results: Vec::new(),
+        changed: Vec::new(),
+        wrote: false,
+        passed_failures: false,
+        outcome: None,
+    };
+    let end = drive(
+        parser,
+        client,
+        writable,
+        default,
+        body,
+        rows,
+        &mut |part, s| {
+            st.run(tx, text, admit, &part, s);
+            Some(part)
+        },
+    );
+    let fail = |e: std::result::Result<Error, E>, wrote: bool| {
+        if wrote {
+            tx.fail();
+        }
+        Some(TxRun::Refused(e, wrote))
     };
     let (last, settings) = match end {
-        Ok(end) => end,
-        Err(e) => {
-            ahead.undo();
-            return Some(Run::Invalid(e));
+        Driven::Panicked(panic) => {
+            tx.fail();
+            std::panic::resume_unwind(panic)
         }
+        // Nothing parsed can have run: the parser never took the body.
+        Driven::Lost if !st.wrote => return None,
+        Driven::Lost => return fail(Ok(bad("the batch was cut short")), true),
+        Driven::End(Err(e)) => return fail(Ok(e), st.wrote),
+        Driven::End(Ok(end)) => end,
     };
-    if let Speculation::On(_) = ahead {
-        ahead.apply(&last, text, settings, route, admit);
-        changed.extend(last.ops.iter().filter_map(Op::changes));
+    st.run(tx, text, admit, &last, settings);
+    let InTx {
+        mut results,
+        changed,
+        wrote,
+        passed_failures,
+        outcome,
+    } = st;
+    // Settings that arrive after the writes could have made an earlier
+    // failure stop the batch, and the writes after it not run.
+    if settings.rollback_on_error || settings.stop_on_error {
+        if let Some(index) = results
+            .iter()
+            .position(|r| matches!(r, BatchResult::Failed(_)))
+            .filter(|_| passed_failures)
+        {
+            let source = match results.swap_remove(index) {
+                BatchResult::Failed(e) => e,
+                _ => Box::new(bad("a write failed")),
+            };
+            tx.fail();
+            return Some(TxRun::Ran(changed, Err(Error::Batch { index, source })));
+        }
     }
-    parts.push(last);
-    parser.send(move || drop(spent));
-    Some(match ahead.finish(settings) {
-        Some(r) => Run::Ran(changed, r),
-        None if given_back => Run::Again,
-        None => Run::Parsed(Parsed {
-            parts,
-            settings,
-            text,
-        }),
+    Some(match outcome {
+        None => TxRun::Ran(changed, Ok(results)),
+        Some(Ok(e @ Error::Batch { .. })) => TxRun::Ran(changed, Err(e)),
+        // An engine's own failure, or a refused write, after others ran.
+        Some(e) => return fail(e, wrote),
     })
+}
+
+/// The state of a batch running through an open transaction while parsed.
+struct InTx<E> {
+    results: Vec<BatchResult>,
+    changed: Vec<(&'static Table, i64)>,
+    /// Writes ran: what follows cannot undo them alone.
+    wrote: bool,
+    /// Writes ran with failures counted and passed over, not stopping.
+    passed_failures: bool,
+    /// Set once the batch stops: the rest of the body is only checked.
+    outcome: Option<std::result::Result<Error, E>>,
+}
+
+impl<E> InTx<E> {
+    fn run(
+        &mut self,
+        tx: &Transaction<'static>,
+        text: &str,
+        admit: &dyn Fn(&Op) -> std::result::Result<(), E>,
+        part: &Part<'_>,
+        settings: Settings,
+    ) {
+        if self.outcome.is_some() {
+            return;
+        }
+        if let Some(refused) = part.ops.iter().find_map(|op| admit(op).err()) {
+            self.outcome = Some(Err(refused));
+            return;
+        }
+        let stop = settings.rollback_on_error || settings.stop_on_error;
+        let opts = BatchOptions {
+            auto_transaction_rows: 0,
+            rollback_on_error: false,
+        };
+        let done = self.results.len();
+        self.wrote |= !part.ops.is_empty();
+        self.changed.extend(part.ops.iter().filter_map(Op::changes));
+        match with_items(std::slice::from_ref(part), text, |items| {
+            tx.apply_items(items, opts, stop)
+        }) {
+            Ok(r) => {
+                self.passed_failures |= r.iter().any(|r| matches!(r, BatchResult::Failed(_)));
+                self.results.extend(r);
+            }
+            Err(Error::Batch { index, source }) => {
+                self.outcome = Some(Ok(Error::Batch {
+                    index: index + done,
+                    source,
+                }));
+            }
+            Err(e) => self.outcome = Some(Ok(e)),
+        }
+    }
 }
 
 /// The JSON array of per-item results: the new ID of an add, 200 for an

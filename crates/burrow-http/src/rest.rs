@@ -695,8 +695,53 @@ fn run_batch(
         flush(op);
         check(sh, who, op.table(), need(op)).is_ok()
     };
-    // Inside an open transaction, writes applied ahead of a parse error
-    // could not be undone alone.
+    if let (Some(parser), Some(tx)) = (&sh.parser, sh.tx) {
+        if sh.local_engines && req.body.len() >= PIPELINE_BYTES {
+            let admit = |op: &batch::Op| {
+                flush(op);
+                check(sh, who, op.table(), need(op)).map(drop)
+            };
+            let ran = batch::parse_and_run_in_tx(
+                parser,
+                &sh.client,
+                tx,
+                writable.clone(),
+                default,
+                &req.body,
+                &admit,
+            );
+            match ran {
+                Some(batch::TxRun::Ran(changed, r)) => {
+                    sh.ran_ahead.fetch_add(1, Ordering::Relaxed);
+                    for (t, id) in changed {
+                        sh.cache.flush_id(t, id);
+                    }
+                    let outcome = batch_outcome(sh, req, &r);
+                    if let Some(parser) = &sh.parser {
+                        let body = req.body.clone();
+                        parser.send(move || drop((r, body)));
+                    }
+                    return outcome;
+                }
+                Some(batch::TxRun::Refused(refused, wrote)) => {
+                    let resp = match refused {
+                        // Said only of a malformed body: a refusal says no more.
+                        Ok(e) if wrote && e.kind() == ErrorKind::BadInput => Response::error(
+                            400,
+                            &format!(
+                                "{e}; writes of this batch had already run, so the \
+                                 transaction failed and is rolled back: end it"
+                            ),
+                        ),
+                        Ok(e) => err(e),
+                        Err(resp) => resp,
+                    };
+                    return Err(resp);
+                }
+                None => {}
+            }
+        }
+    }
     let ahead = match &sh.parser {
         Some(parser) if sh.tx.is_none() && sh.local_engines && req.body.len() >= PIPELINE_BYTES => {
             batch::parse_and_run(

@@ -119,8 +119,6 @@ fn large_mixed_batches_run_ahead_and_in_a_transaction() -> TestResult {
         let before = server.batches_run_ahead();
         let mut b = mixed(ROWS)?;
         let r = if in_tx {
-            // Inside a remote transaction the batch is parsed, then applied:
-            // a parse error could not be undone alone.
             let tx = db.transaction()?;
             let r = tx.send(&mut b)?;
             tx.commit()?;
@@ -129,7 +127,7 @@ fn large_mixed_batches_run_ahead_and_in_a_transaction() -> TestResult {
             db.send(&mut b)?
         };
         let ahead = server.batches_run_ahead() - before;
-        assert_eq!(ahead, u64::from(!in_tx), "in_tx {in_tx}");
+        assert_eq!(ahead, 1, "in_tx {in_tx}");
         assert_eq!(r.len(), ROWS);
         assert_eq!(r[1].id(), Some(10 * ROWS as i64 + 1));
         assert!(matches!(r[2], BatchResult::Done) && matches!(r[3], BatchResult::Done));
@@ -193,6 +191,82 @@ fn a_large_malformed_body_changes_nothing() -> TestResult {
     assert_eq!(r.json().as_array().map(Vec::len), Some(ROWS));
     assert_eq!(count(&db), ROWS as u64 + 1);
     Ok(())
+}
+
+/// Inside a remote transaction, writes run while the body is parsed: a body
+/// found malformed (or a write refused) after some ran fails the
+/// transaction, which can then only end rolled back; found before any ran,
+/// the transaction goes on.
+#[test]
+fn a_large_body_that_fails_late_fails_its_transaction() -> TestResult {
+    let auth = Auth::new()
+        .group(Group::new("writer").table::<Sample>(Rights::ALL))
+        .user("wes", "wes-secret", "writer")
+        .and_then(|a| a.token("tok-wes", "wes"))?;
+    let (server, hosted) = server_with(|b| b.auth(auth));
+    let addr = server.local_addr();
+    let wes = "Authorization: Bearer tok-wes\r\n";
+    hosted.add(&mut sample(1))?;
+    let late_faults = [
+        (400, r#","POST@Sample",{"FirstName":1}"#),
+        (400, r#","POST@Sample",{"FirstName":"x"} x"#),
+        // Secret: wes may not write to it.
+        (403, r#","POST@Secret",{"Note":"x"}"#),
+    ];
+    for (status, tail) in late_faults {
+        let mut c = RawConn::open(addr);
+        assert_eq!(req(&mut c, "BEGIN", "/root/Sample", wes, b"")?.status, 200);
+        let r = req(
+            &mut c,
+            "PUT",
+            "/root/Batch",
+            wes,
+            &body("", (0..ROWS).map(post), tail),
+        )?;
+        assert_error(&r, status);
+        // Nothing more goes through it, and END cannot commit it.
+        let r = req(
+            &mut c,
+            "POST",
+            "/root/Sample",
+            wes,
+            br#"{"FirstName":"after"}"#,
+        )?;
+        assert_error(&r, 400);
+        assert!(r.text().contains("rolled back"), "{}", r.text());
+        assert_error(&req(&mut c, "END", "/root/Sample", wes, b"")?, 400);
+        assert_eq!(hosted.count::<Sample>("", &[])?, 1);
+        // The connection goes on, without a transaction.
+        assert_eq!(req(&mut c, "GET", "/root/Sample/1", wes, b"")?.status, 200);
+    }
+    // A fault in the first rows, before any write: the transaction goes on.
+    let mut c = RawConn::open(addr);
+    assert_eq!(req(&mut c, "BEGIN", "/root/Sample", wes, b"")?.status, 200);
+    let early = format!(r#""POST@Sample",{{"FirstName":1}},{}"#, post(0));
+    let r = req(
+        &mut c,
+        "PUT",
+        "/root/Batch",
+        wes,
+        &body(&early, (1..ROWS).map(post), ""),
+    )?;
+    assert_error(&r, 400);
+    let r = req(
+        &mut c,
+        "PUT",
+        "/root/Batch",
+        wes,
+        &body("", (0..ROWS).map(post), ""),
+    )?;
+    assert_eq!(r.status, 200, "{}", r.text());
+    assert_eq!(req(&mut c, "END", "/root/Sample", wes, b"")?.status, 200);
+    assert_eq!(hosted.count::<Sample>("", &[])?, ROWS as u64 + 1);
+    Ok(())
+}
+
+fn req(c: &mut RawConn, m: &str, path: &str, h: &str, b: &[u8]) -> Result<Raw, &'static str> {
+    c.request(m, path, h, b)
+        .ok_or("the server closed the connection")
 }
 
 #[test]
