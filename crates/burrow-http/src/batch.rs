@@ -917,6 +917,9 @@ pub(crate) fn parse_and_run_in_parts<'a, 'e>(
     })
 }
 
+/// Parts parsed and not yet applied, at most.
+const PARTS_AHEAD: usize = 4;
+
 /// How the parsing thread's work on a body ended.
 enum Driven {
     /// The last part, or why the body is malformed.
@@ -942,7 +945,10 @@ fn drive(
     rows: (usize, usize),
     each: &mut dyn FnMut(Part<'static>, Settings) -> Option<Part<'static>>,
 ) -> Driven {
-    let (tx, rx) = mpsc::channel();
+    // The parser waits once it is this far ahead: parts then come back to
+    // be filled again, and a body's parse touches a few parts' memory
+    // instead of fresh memory for all of them.
+    let (tx, rx) = mpsc::sync_channel(PARTS_AHEAD);
     let (back, applied) = mpsc::channel::<Part<'static>>();
     let (client2, body2) = (client.clone(), body.clone());
     let job = move || {
@@ -1043,7 +1049,8 @@ pub(crate) fn parse_and_run_in_tx_parts<E>(
 ) -> Option<TxRun<E>> {
     let text = std::str::from_utf8(body).unwrap_or_default();
     let mut st = InTx {
-        results: Vec::new(),
+        // One per write; no write takes fewer than 8 bytes.
+        results: Vec::with_capacity((text.len() / 8).min(1 << 20)),
         changed: Vec::new(),
         wrote: false,
         passed_failures: false,

@@ -220,6 +220,31 @@ fn tx_retrieve(rows: &dyn RowOps, id: i64) -> Person {
 }
 
 #[test]
+fn a_failed_transaction_takes_no_more_calls_and_cannot_commit() {
+    let (c, _) = impatient(20);
+    let before = snapshot(&c);
+    let tx = c.transaction().unwrap();
+    let mut p = people(1, 54).remove(0);
+    p.email = "failed@example.org".into();
+    tx.add(&mut p).unwrap();
+    assert!(!tx.is_failed());
+    tx.fail();
+    assert!(tx.is_failed());
+    let mut q = people(1, 55).remove(0);
+    q.email = "after@example.org".into();
+    for e in [
+        tx.add(&mut q).unwrap_err(),
+        tx.count::<Person>("", &[]).unwrap_err(),
+    ] {
+        assert!(matches!(e, Error::Transaction(_)), "{e:?}");
+    }
+    assert!(matches!(tx.commit(), Err(Error::Transaction(_))));
+    // Rolled back, and the engine free again.
+    assert_eq!(snapshot(&c), before);
+    assert!(c.add(&mut q).is_ok());
+}
+
+#[test]
 fn calls_on_the_engine_during_a_transaction_are_busy() {
     let (c, e) = impatient(10);
     assert_eq!(e.caps().name, "memory");

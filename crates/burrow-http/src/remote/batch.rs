@@ -53,25 +53,19 @@ impl Link<'_> {
              piece: &mut dyn FnMut(&mut Vec<u8>, bool) -> std::io::Result<()>| {
                 self.write_batch(items, stop_on_error, own_transaction, out, piece)
             };
-        // A batch the server runs in its own transaction, it parses and
-        // applies at once (see `crate::batch::parse_and_run`), and receiving it
-        // while it is encoded paid (in the benchmark, Batch went from about
-        // 0.47 to 0.50-0.55 of in-process); inside a transaction of the
-        // client's, the server reads it whole first, and the second encoding
-        // pass cost more than it saved (Batch Trans about 0.42 against
-        // 0.47): that body is encoded once, whole.
-        let stream = own_transaction.is_some();
-        let mut whole = Vec::with_capacity(if stream {
-            PIECE + PIECE / 8
-        } else {
-            items.len() * 160 + 64
-        });
+        // The server parses a large batch and applies it at once (see
+        // `crate::batch::parse_and_run`, and `parse_and_run_in_tx` inside a
+        // transaction of the client's), so a body sent while it is encoded
+        // (measured first, then encoded again piece by piece) never needs
+        // its whole encoding in memory: in the benchmark, Batch went from
+        // about 0.47 to 0.50-0.55 of in-process.
+        let mut whole = Vec::with_capacity(PIECE + PIECE / 8);
         // First the length: a body that fits in one piece is kept whole;
         // past that, it is only measured, then made again while it is sent.
         let mut len = 0;
         let mut streamed = false;
         let _ = write(&mut whole, &mut |out, last| {
-            if !stream || (last && !streamed) {
+            if last && !streamed {
                 return Ok(());
             }
             streamed = true;
