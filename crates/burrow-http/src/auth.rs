@@ -39,8 +39,8 @@ use std::net::IpAddr;
 use std::sync::{Mutex, OnceLock, PoisonError};
 use std::time::{Duration, Instant};
 
-use argon2::password_hash::{PasswordHash, PasswordHasher, PasswordVerifier, SaltString};
-use argon2::Argon2;
+use argon2::password_hash::{PasswordHash, PasswordHasher, SaltString};
+use argon2::{Algorithm, Argon2, Block, Params, Version};
 use burrow_core::{Error, Record, Result};
 use sha2::{Digest, Sha256};
 
@@ -215,6 +215,12 @@ pub struct Auth {
     /// The Argon2 hash an unknown user name is checked against (made on
     /// first use: it costs what a check does).
     decoy: OnceLock<String>,
+    /// Argon2's working memory (19 MiB a check), kept between checks: freed
+    /// and allocated again, glibc ends up serving it from arenas it never
+    /// gives back (a login flood left a server at 300–600 MB). Kept here,
+    /// there is one per check ever run at once, at most
+    /// [`LoginLimits::max_checks`].
+    argon_memory: Mutex<Vec<Vec<Block>>>,
 }
 
 impl std::fmt::Debug for Auth {
@@ -248,6 +254,46 @@ fn argon2_hash(password: &str) -> Result<String> {
         .hash_password(password.as_bytes(), &salt)
         .map_err(|e| Error::BadInput(format!("cannot hash the password: {e}")))?
         .to_string())
+}
+
+/// Whether `password` matches the Argon2 PHC string `phc`, computed in
+/// `memory` (grown to the hash's cost, and kept for the next check).
+fn argon2_verify(memory: &mut Vec<Block>, phc: &str, password: &[u8]) -> bool {
+    /// 64 MiB: the hashes checked here are made by [`argon2_hash`] (19 MiB).
+    const MAX_BLOCKS: usize = 64 * 1024;
+    let Ok(parsed) = PasswordHash::new(phc) else {
+        return false;
+    };
+    let (Ok(algorithm), Ok(params), Some(hash), Some(salt)) = (
+        Algorithm::try_from(parsed.algorithm),
+        Params::try_from(&parsed),
+        parsed.hash,
+        parsed.salt,
+    ) else {
+        return false;
+    };
+    let Ok(version) = parsed.version.map(Version::try_from).transpose() else {
+        return false;
+    };
+    let mut salt_bytes = [0u8; 64];
+    let Ok(salt) = salt.decode_b64(&mut salt_bytes) else {
+        return false;
+    };
+    let blocks = params.block_count();
+    if blocks > MAX_BLOCKS {
+        return false;
+    }
+    if memory.len() < blocks {
+        memory.resize(blocks, Block::default());
+    }
+    let mut out = [0u8; 64];
+    let Some(out) = out.get_mut(..hash.len()) else {
+        return false;
+    };
+    Argon2::new(algorithm, version.unwrap_or_default(), params)
+        .hash_password_into_with_memory(password, salt, out, &mut memory[..blocks])
+        .is_ok()
+        && same(out, hash.as_bytes())
 }
 
 /// Fills `buf` from the operating system's random source.
@@ -475,6 +521,7 @@ impl Auth {
             secret,
             throttle: Throttle::new(LoginLimits::default()),
             decoy: OnceLock::new(),
+            argon_memory: Mutex::new(Vec::new()),
         }
     }
 
@@ -740,11 +787,18 @@ impl Auth {
         };
         let ok = {
             let _check = self.throttle.check()?;
-            PasswordHash::new(phc).is_ok_and(|parsed| {
-                Argon2::default()
-                    .verify_password(password.as_bytes(), &parsed)
-                    .is_ok()
-            })
+            let mut memory = self
+                .argon_memory
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner)
+                .pop()
+                .unwrap_or_default();
+            let ok = argon2_verify(&mut memory, phc, password.as_bytes());
+            self.argon_memory
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner)
+                .push(memory);
+            ok
         };
         let Some(u) = u.filter(|_| ok) else {
             self.throttle.failed(user, addr);
@@ -855,6 +909,7 @@ impl Auth {
 #[cfg(test)]
 mod test {
     use super::*;
+    use argon2::password_hash::PasswordVerifier;
 
     #[test]
     fn an_unknown_name_costs_a_password_check() {
@@ -873,6 +928,41 @@ mod test {
             .get()
             .is_some_and(|h| h.starts_with("$argon2id$")));
         assert!(auth.bearer_login("ANN", "secret", None).is_ok());
+    }
+
+    /// Checks run in memory kept between them: one working area for
+    /// checks run one at a time, the same answers as the argon2 crate's own.
+    #[test]
+    fn password_checks_reuse_their_memory() {
+        let auth = Auth::new()
+            .group(Group::new("g").all_tables(Rights::ALL))
+            .user("ann", "secret", "g")
+            .expect("auth");
+        for _ in 0..3 {
+            assert!(auth.bearer_login("ann", "secret", None).is_ok());
+        }
+        assert!(auth.bearer_login("ann", "wrong", None).is_err());
+        let kept = auth.argon_memory.lock().expect("lock");
+        assert_eq!(kept.len(), 1);
+        assert_eq!(kept[0].len(), Params::default().block_count());
+        drop(kept);
+        let phc = &auth.users[0].phc;
+        let parsed = PasswordHash::new(phc).expect("a PHC string");
+        for pw in ["secret", "wrong", ""] {
+            assert_eq!(
+                argon2_verify(&mut Vec::new(), phc, pw.as_bytes()),
+                Argon2::default()
+                    .verify_password(pw.as_bytes(), &parsed)
+                    .is_ok(),
+                "{pw}"
+            );
+        }
+        assert!(!argon2_verify(
+            &mut Vec::new(),
+            "$argon2id$v=19$m=1000000,t=2,p=1$c2FsdHNhbHQ$aGFzaA",
+            b"x"
+        ));
+        assert!(!argon2_verify(&mut Vec::new(), "not a hash", b"x"));
     }
 
     #[test]
