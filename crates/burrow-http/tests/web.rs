@@ -66,6 +66,7 @@ impl Handler for Echo {
             }
             ("GET", "/panic") => panic!("a handler bug"),
             ("GET" | "HEAD", "/big") => Response::text(vec![b'x'; 10_000]),
+            ("GET", "/huge") => Response::text(vec![b'x'; HUGE]),
             (_, "/echo") => Response::error(405, "Method Not Allowed"),
             _ => Response::error(404, "Not Found"),
         }
@@ -540,4 +541,47 @@ fn shutdown_closes_idle_connections() {
     server.shutdown();
     assert!(t.elapsed() < Duration::from_secs(5));
     assert!(c.closed());
+}
+
+/// A body far larger than the socket buffers hold.
+const HUGE: usize = 24 << 20;
+
+#[test]
+fn the_write_timeout_cuts_off_a_reader_that_stops_not_one_that_is_slow() {
+    let (server, _) = server_with(Limits {
+        // Progress shows when the kernel's send buffer has room again, once
+        // the reader drained about half of it (up to a few MiB): the
+        // timeout must leave time for that.
+        write_timeout: Duration::from_secs(1),
+        ..Limits::default()
+    });
+    // Slow but steady: about 6 MiB/s, so the answer takes seconds, many
+    // times the write timeout.
+    let mut c = Conn::open(server.local_addr());
+    c.send(b"GET /huge HTTP/1.1\r\nHost: t\r\n\r\n");
+    let started = Instant::now();
+    let mut got = 0;
+    let mut chunk = vec![0u8; 256 * 1024];
+    while got < HUGE {
+        match c.stream.read(&mut chunk) {
+            Ok(0) | Err(_) => break,
+            Ok(n) => got += n,
+        }
+        std::thread::sleep(Duration::from_millis(40));
+    }
+    assert!(got > HUGE, "the whole answer came ({got} bytes)");
+    assert!(started.elapsed() > Duration::from_secs(3));
+    // One that stops reading is cut off: after a pause, what the socket
+    // buffers held, then the end.
+    let mut c = Conn::open(server.local_addr());
+    c.send(b"GET /huge HTTP/1.1\r\nHost: t\r\n\r\n");
+    std::thread::sleep(Duration::from_millis(2500));
+    let mut got = 0;
+    loop {
+        match c.stream.read(&mut chunk) {
+            Ok(0) | Err(_) => break,
+            Ok(n) => got += n,
+        }
+    }
+    assert!(got < HUGE, "cut off after {got} bytes");
 }

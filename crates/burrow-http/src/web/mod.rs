@@ -112,7 +112,7 @@ use tokio::sync::watch;
 use tokio::time::timeout;
 
 pub use request::{Request, RequestHead};
-pub use response::{Headers, Response, JSON, TEXT};
+pub use response::{BodyStream, Headers, PieceFuture, Response, JSON, TEXT};
 
 /// What a server does with requests: one per server, shared by every
 /// connection (so `Send + Sync`).
