@@ -186,6 +186,8 @@ pub(crate) struct Shared {
     pub parser: Option<Worker>,
     /// Batches applied while their body was still being parsed.
     pub ran_ahead: AtomicU64,
+    /// The size a large list's answer is written in pieces of.
+    pub list_piece_bytes: usize,
     inline: bool,
     gate: TxGate,
     tx_limits: TxLimits,
@@ -281,6 +283,7 @@ pub struct ServerBuilder {
     threads: Option<usize>,
     server_name: Option<String>,
     backup_folder: Option<std::path::PathBuf>,
+    list_piece_bytes: usize,
     #[cfg(feature = "tls")]
     tls: Option<(Vec<u8>, Vec<u8>)>,
 }
@@ -338,6 +341,15 @@ impl ServerBuilder {
     /// Answers every list in the compact form (mORMot clients always get it).
     pub fn compact_lists(mut self, on: bool) -> Self {
         self.compact = on;
+        self
+    }
+
+    /// The size of the pieces a large list is read and written in (default
+    /// 1 MiB, at least 1 byte): a list answer holds about one piece in memory
+    /// at a time (one row at least), whatever its length. See the module
+    /// documentation.
+    pub fn list_piece_bytes(mut self, n: usize) -> Self {
+        self.list_piece_bytes = n.max(1);
         self
     }
 
@@ -400,6 +412,7 @@ impl ServerBuilder {
                 lock: RwLock::new(()),
             },
             ran_ahead: AtomicU64::new(0),
+            list_piece_bytes: self.list_piece_bytes,
             tx_limits: self.tx_limits,
             open_txs: AtomicUsize::new(0),
         });
@@ -451,6 +464,7 @@ impl Server {
             threads: None,
             server_name: None,
             backup_folder: None,
+            list_piece_bytes: 1 << 20,
             #[cfg(feature = "tls")]
             tls: None,
         }
@@ -490,6 +504,13 @@ impl Server {
     /// Connections open now.
     pub fn connections(&self) -> usize {
         self.core.connections()
+    }
+
+    /// The most response bytes a connection has held unwritten, when that
+    /// went past 64 KiB (else 0): for tests of the bounds on answers.
+    #[doc(hidden)]
+    pub fn peak_pending_output(&self) -> usize {
+        self.core.peak_pending_output()
     }
 
     /// Large batches applied while their body was still being parsed, on
@@ -572,7 +593,7 @@ impl Worker {
 /// Runs the router, turning a panic into a 500 (a panic must not take down
 /// the thread it runs on, nor lose an open transaction without a rollback).
 fn safe_handle(
-    sh: &Shared,
+    sh: &Arc<Shared>,
     req: &RestRequest,
     who: Principal,
     tx: Option<&Transaction<'static>>,
@@ -589,6 +610,16 @@ fn is_slow_route(req: &RestRequest) -> bool {
     // Password checks (Argon2) take tens of milliseconds.
     let p = req.path().as_bytes();
     p.len() >= 5 && p[p.len() - 5..].eq_ignore_ascii_case(b"/auth")
+}
+
+/// Runs `f` with waits refused ([`burrow_core::driver::without_waiting`]):
+/// its answer, or `None` when it would have had to wait for a lock or was
+/// long work, and did nothing.
+fn unless_refused(f: impl FnOnce() -> Response) -> Option<Response> {
+    match burrow_core::driver::without_waiting(f) {
+        (r, false) => Some(r),
+        (_, true) => None,
+    }
 }
 
 /// Runs `f` on the blocking pool: calls that may wait for a lock (begin, a
@@ -712,8 +743,11 @@ async fn dispatch(
     }
     if let Some(open) = tx.as_ref().filter(|_| sh.inline && !is_slow_route(&req)) {
         // In-process engines answer a call of their own transaction at once:
-        // it holds their locks, so nothing is waited for.
-        return safe_handle(sh, &req, who, Some(&open.tx));
+        // it holds their locks, so nothing is waited for. Long work is
+        // refused here, and goes to the pool below.
+        if let Some(r) = unless_refused(|| safe_handle(sh, &req, who, Some(&open.tx))) {
+            return r;
+        }
     }
     if let Some(open) = tx.take() {
         // The transaction goes to the pool thread with the request and comes
@@ -734,7 +768,10 @@ async fn dispatch(
         };
     }
     if sh.inline && !is_slow_route(&req) {
-        if let Some(r) = sh.gate.try_inline(|| safe_handle(sh, &req, who, None)) {
+        let here = sh
+            .gate
+            .try_inline(|| unless_refused(|| safe_handle(sh, &req, who, None)));
+        if let Some(Some(r)) = here {
             return r;
         }
     }

@@ -5,6 +5,7 @@
 mod common;
 
 mod access;
+mod answers;
 mod backup;
 mod batch;
 mod cache;
@@ -12,6 +13,7 @@ mod concurrency;
 mod login;
 mod orm;
 mod retry;
+mod stall;
 mod tls;
 mod tx_limits;
 mod wire;
