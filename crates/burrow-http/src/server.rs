@@ -5,12 +5,31 @@
 //! # Where calls run
 //!
 //! - **Inline**, on the event loop's thread, for in-process engines
-//!   ([`Placement::InProcess`]) while no remote transaction is open: a call
-//!   costs microseconds, less than a hand-off to another thread.
+//!   ([`Placement::InProcess`]) while no remote transaction is open, and
+//!   only if the call cannot wait: it runs with waits refused
+//!   ([`burrow_core::driver::without_waiting`]), so an engine whose lock is
+//!   taken (by a long call, a transaction, a backup step) refuses at once,
+//!   having done nothing, and the request runs again on the pool. A short
+//!   call costs microseconds, less than a hand-off to another thread.
+//! - **Long work** is refused inline the same way, before any engine call,
+//!   and runs on the pool: batches of 64 KiB or more (and batches that would
+//!   commit in more than one part, which a second run would apply twice),
+//!   lists without a `results=` of at most a page, counts, deletes by
+//!   WHERE, backups, logins (Argon2). So a slow request never holds an
+//!   event-loop thread: the requests of the other connections on it go on.
 //! - On tokio's **blocking pool** for other engines (network-bound ones), and
 //!   for every call while a remote transaction is open (calls then wait for
 //!   it inside the engine, at most its lock timeout, and must not block the
 //!   event loop).
+//! - **Large lists** (more rows than a page; by ID or in no order; outside
+//!   a transaction) are read a page at a time, by ascending (or descending)
+//!   ID, each page past the last ID written, on the pool, and streamed
+//!   ([`crate::web::BodyStream`]): the next page is read once the last is
+//!   written, so an answer holds about [`ServerBuilder::list_piece_bytes`]
+//!   however long the list, a slow reader slows only its own list, and the
+//!   engine's lock is held for one page at a time. A row that exists
+//!   throughout shows exactly once; the JSON is that of the list written
+//!   whole.
 //! - **Transactions**: `BEGIN` opens a [`burrow_core::Transaction`] on the
 //!   blocking pool (it may wait for another one) and the connection keeps it
 //!   between requests; each later request of that connection runs through
