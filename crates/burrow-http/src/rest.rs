@@ -148,7 +148,7 @@ fn bad(msg: &str) -> Response {
 
 /// Refuses work that may take long (a large batch, a list without a small
 /// limit, a count, a delete by WHERE, a backup) on the event loop: the server
-/// runs the request again on its blocking pool. Called before any engine
+/// runs the request again off its event loop. Called before any engine
 /// call, so nothing was done.
 fn off_loop() -> std::result::Result<(), Response> {
     if waits_refused() {
@@ -743,10 +743,12 @@ impl ListPages {
             });
         }
         let want = self.left.map_or(self.page_rows, |l| l.min(self.page_rows));
+        // One row more than the page says whether another page follows: a
+        // list of exactly a page is answered whole, without an empty page.
         let select = Select {
             filter,
             order: vec![(Column::Id, self.desc)],
-            limit: Some(want),
+            limit: Some(want + 1),
             offset: std::mem::take(&mut self.offset),
         };
         let start = out.len();
@@ -757,7 +759,12 @@ impl ListPages {
         };
         let before = w.rows();
         let mut last = self.last;
+        let mut more = false;
         self.sh.client.route(t)?.select(t, &select, &mut |row| {
+            if (w.rows() - before) as u64 == want {
+                more = true;
+                return Ok(());
+            }
             last = Some(row.id()?);
             w.row(out, row)
         })?;
@@ -767,7 +774,7 @@ impl ListPages {
         if let Some(l) = &mut self.left {
             *l -= got;
         }
-        if got < want || self.left == Some(0) {
+        if !more || self.left == Some(0) {
             w.finish(out);
             self.done = true;
         } else if let Some(per_row) = ((out.len() - start) as u64).checked_div(got) {
@@ -785,47 +792,17 @@ impl BodyStream for ListPages {
             if self.done {
                 return None;
             }
-            // A page may scan much of a table: it runs on the blocking pool,
-            // and the state goes there and back.
-            let mut pages = std::mem::replace(self, self.placeholder());
-            let back = tokio::task::spawn_blocking(move || {
-                let mut out = Vec::with_capacity(pages.sh.list_piece_bytes.min(1 << 22) + 1024);
-                let r =
-                    std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| pages.page(&mut out)));
-                (pages, r, out)
-            })
-            .await;
-            match back {
-                Ok((pages, Ok(Ok(())), out)) => {
-                    *self = pages;
-                    Some(Ok(out))
+            // A page may scan much of a table, and wait for the engine's
+            // lock: it runs off the event loop.
+            let mut out = Vec::with_capacity(self.sh.list_piece_bytes.min(1 << 22) + 1024);
+            match crate::server::aside(|| self.page(&mut out)) {
+                Ok(()) => Some(Ok(out)),
+                Err(e) => {
+                    self.done = true;
+                    Some(Err(std::io::Error::other(e.to_string())))
                 }
-                Ok((_, Ok(Err(e)), _)) => Some(Err(std::io::Error::other(e.to_string()))),
-                _ => Some(Err(std::io::Error::other("a page of the list failed"))),
             }
         })
-    }
-}
-
-impl ListPages {
-    /// What stays in place while the state is away on the pool (were the
-    /// future dropped meanwhile, the body ends there).
-    fn placeholder(&self) -> ListPages {
-        ListPages {
-            sh: self.sh.clone(),
-            table: self.table,
-            cols: Vec::new(),
-            filter: Filter::all(),
-            desc: false,
-            offset: 0,
-            last: None,
-            left: None,
-            rows: 0,
-            page_rows: 0,
-            compact: false,
-            dialect: self.dialect,
-            done: true,
-        }
     }
 }
 

@@ -105,6 +105,15 @@ fn a_list_read_in_pieces_reads_as_one_written_whole() {
     }
     let streamed = raw(paged.local_addr(), "GET", "/root/Sample", "", b"");
     assert_eq!(streamed.header("Transfer-Encoding"), Some("chunked"));
+    // A list of exactly one page (57 rows at 100 bytes a row guessed) is
+    // written whole.
+    let one_page = serve(&client, Some(5700));
+    let r = raw(one_page.local_addr(), "GET", "/root/Sample", "", b"");
+    assert_eq!(r.header("Transfer-Encoding"), None);
+    assert_eq!(
+        r.body,
+        raw(whole.local_addr(), "GET", "/root/Sample", "", b"").body
+    );
     // A HEAD gets the head alone, and the connection goes on.
     let mut c = RawConn::open(paged.local_addr());
     c.send(b"HEAD /root/Sample HTTP/1.1\r\nHost: t\r\n\r\nGET /root/Sample/3 HTTP/1.1\r\nHost: t\r\n\r\n");
