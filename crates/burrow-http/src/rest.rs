@@ -690,7 +690,8 @@ fn stream_list(
         dialect: dialect(req),
         done: false,
     };
-    let mut body = Vec::with_capacity(pages.sh.list_piece_bytes.min(1 << 22) + 1024);
+    // Most lists turn out short: the buffer grows as rows come.
+    let mut body = Vec::with_capacity(16 * 1024);
     pages.page(&mut body).map_err(err)?;
     if pages.done {
         return Ok(Response::json(body));
@@ -760,8 +761,13 @@ impl ListPages {
         let before = w.rows();
         let mut last = self.last;
         let mut more = false;
+        let piece = self.sh.list_piece_bytes;
         self.sh.client.route(t)?.select(t, &select, &mut |row| {
-            if (w.rows() - before) as u64 == want {
+            // A page ends at its row count, or once it holds a piece (rows
+            // larger than guessed), one row at least: the rest is read again
+            // with the next page.
+            let got = (w.rows() - before) as u64;
+            if got == want || (got > 0 && out.len() - start >= piece) {
                 more = true;
                 return Ok(());
             }

@@ -105,15 +105,13 @@ fn a_list_read_in_pieces_reads_as_one_written_whole() {
     }
     let streamed = raw(paged.local_addr(), "GET", "/root/Sample", "", b"");
     assert_eq!(streamed.header("Transfer-Encoding"), Some("chunked"));
-    // A list of exactly one page (57 rows at 100 bytes a row guessed) is
-    // written whole.
+    // A list of exactly one page (57 rows at 100 bytes a row guessed, each
+    // smaller) is written whole.
     let one_page = serve(&client, Some(5700));
-    let r = raw(one_page.local_addr(), "GET", "/root/Sample", "", b"");
+    let path = "/root/Sample?select=ID";
+    let r = raw(one_page.local_addr(), "GET", path, "", b"");
     assert_eq!(r.header("Transfer-Encoding"), None);
-    assert_eq!(
-        r.body,
-        raw(whole.local_addr(), "GET", "/root/Sample", "", b"").body
-    );
+    assert_eq!(r.body, raw(whole.local_addr(), "GET", path, "", b"").body);
     // A HEAD gets the head alone, and the connection goes on.
     let mut c = RawConn::open(paged.local_addr());
     c.send(b"HEAD /root/Sample HTTP/1.1\r\nHost: t\r\n\r\nGET /root/Sample/3 HTTP/1.1\r\nHost: t\r\n\r\n");
@@ -173,4 +171,28 @@ fn rows_that_exist_throughout_show_once_while_others_are_written() {
     for even in (2..=300).step_by(2) {
         assert!(ids.contains(&even), "row {even} existed throughout");
     }
+}
+
+#[test]
+fn rows_larger_than_guessed_still_come_a_piece_at_a_time() {
+    const PIECE: usize = 128 * 1024;
+    let (client, _) = hosted();
+    let mut b = Batch::new();
+    b.add_all((1..=400).map(|i| Sample {
+        data: vec![i as u8; 10_000],
+        ..sample(i)
+    }));
+    client.send(&mut b).expect("fill");
+    let server = serve(&client, Some(PIECE));
+    let r = raw(server.local_addr(), "GET", "/root/Sample", "", b"");
+    assert_eq!(r.json().as_array().map(Vec::len), Some(400));
+    // The first page's guess (100 bytes a row) would take the whole list;
+    // it ends once it holds a piece.
+    let peak = server.peak_pending_output();
+    assert!(r.body.len() > 30 * PIECE, "{} bytes", r.body.len());
+    assert!(
+        peak < 2 * PIECE,
+        "a connection held {peak} bytes of a {}-byte list",
+        r.body.len()
+    );
 }
