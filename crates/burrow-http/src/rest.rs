@@ -8,17 +8,18 @@ use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
 use burrow_core::chrono::Utc;
+use burrow_core::driver::{refuse, waits_refused};
 use burrow_core::json::{self, ListWriter};
 use burrow_core::{
-    BatchResult, Column, Error, ErrorKind, Filter, JsonDialect, Orm, OwnedRow, RowOps, Select,
-    Table, Transaction, ValueRef,
+    BatchOptions, BatchResult, CmpOp, Column, Error, ErrorKind, Expr, Filter, JsonDialect, Orm,
+    OwnedRow, RowOps, Select, Table, Transaction, Value, ValueRef,
 };
 
 use crate::auth::{Denied, Principal, Rights};
 use crate::batch;
 use crate::select::{self as sql, Projection, SqlError};
 use crate::server::Shared;
-use crate::web::{Request, RequestHead, Response, JSON, TEXT};
+use crate::web::{BodyStream, PieceFuture, Request, RequestHead, Response, JSON, TEXT};
 
 type Outcome = std::result::Result<Response, Response>;
 
@@ -145,6 +146,18 @@ fn bad(msg: &str) -> Response {
     Response::error(400, msg)
 }
 
+/// Refuses work that may take long (a large batch, a list without a small
+/// limit, a count, a delete by WHERE, a backup) on the event loop: the server
+/// runs the request again off its event loop. Called before any engine
+/// call, so nothing was done.
+fn off_loop() -> std::result::Result<(), Response> {
+    if waits_refused() {
+        Err(err(refuse("burrow-http")))
+    } else {
+        Ok(())
+    }
+}
+
 fn denied(d: Denied) -> Response {
     match d {
         Denied::Unauthenticated(m) => Response::error(401, m),
@@ -258,7 +271,7 @@ fn json_object(
 /// What a request runs with: the server's state, and its connection's open
 /// transaction, if any, through which its engine calls then go.
 struct Ctx<'a> {
-    sh: &'a Shared,
+    sh: &'a Arc<Shared>,
     tx: Option<&'a Transaction<'static>>,
 }
 
@@ -271,7 +284,7 @@ impl Deref for Ctx<'_> {
 
 /// Handles one request, inside `tx` when its connection has one open.
 pub(crate) fn handle(
-    sh: &Shared,
+    sh: &Arc<Shared>,
     req: &RestRequest,
     who: Principal,
     tx: Option<&Transaction<'static>>,
@@ -338,6 +351,7 @@ fn route(sh: &Ctx<'_>, req: &RestRequest, who: Principal) -> Outcome {
             Ok(Response::empty(200))
         }
         [b, rest @ ..] if b.eq_ignore_ascii_case("_backup") => {
+            off_loop()?;
             crate::admin::handle(sh, req, who, rest)
         }
         [b] if b.eq_ignore_ascii_case("Batch") && (m == "PUT" || m == "POST") => {
@@ -524,6 +538,7 @@ fn delete_where(sh: &Ctx<'_>, req: &RestRequest, who: Principal, t: &'static Tab
     if filter.expr.is_none() {
         return Err(bad("DELETE on a table needs a where= clause"));
     }
+    off_loop()?;
     sh.cache.flush_table(t);
     let n = engine(sh, t)?.delete_where(t, &filter).map_err(err)?;
     sh.cache.flush_table(t);
@@ -614,6 +629,24 @@ fn write_list(
     cols: &[Column],
     select: &Select,
 ) -> Outcome {
+    let first = first_page_rows(sh.list_piece_bytes);
+    let large = select.limit.is_none_or(|n| n > first);
+    if large {
+        off_loop()?;
+    }
+    // Read by ascending (or descending) ID, a page at a time: each page
+    // starts past the last ID of the one before, so a row that exists
+    // throughout shows exactly once, whatever is written meanwhile. A
+    // transaction's lists stay whole: the transaction stays with its
+    // connection.
+    let by_id = match select.order.as_slice() {
+        [] => Some(false),
+        [(Column::Id, desc)] => Some(*desc),
+        _ => None,
+    };
+    if let (true, Some(desc), None) = (large, by_id, sh.tx) {
+        return stream_list(sh, req, t, cols, select, desc, first);
+    }
     let mut body = Vec::with_capacity(1024);
     let mut w = ListWriter::begin(&mut body, t, cols, compact(sh, req), dialect(req));
     engine(sh, t)?
@@ -621,6 +654,163 @@ fn write_list(
         .map_err(err)?;
     w.finish(&mut body);
     Ok(Response::json(body))
+}
+
+/// Rows of a list's first page: about a piece's worth, guessing 100 bytes
+/// a row (later pages are sized by the rows seen).
+fn first_page_rows(piece_bytes: usize) -> u64 {
+    (piece_bytes as u64 / 100).clamp(1, MAX_PAGE_ROWS)
+}
+
+/// Rows of one page at most, whatever their size: a page's work stays
+/// short however small its rows.
+const MAX_PAGE_ROWS: u64 = 10_000;
+
+/// A list answered a page at a time; see [`write_list`].
+fn stream_list(
+    sh: &Ctx<'_>,
+    req: &RestRequest,
+    t: &'static Table,
+    cols: &[Column],
+    select: &Select,
+    desc: bool,
+    first: u64,
+) -> Outcome {
+    let mut pages = ListPages {
+        sh: sh.sh.clone(),
+        table: t,
+        cols: cols.to_vec(),
+        filter: select.filter.clone(),
+        desc,
+        offset: select.offset,
+        last: None,
+        left: select.limit,
+        rows: 0,
+        page_rows: first,
+        compact: compact(sh, req),
+        dialect: dialect(req),
+        done: false,
+    };
+    // Most lists turn out short: the buffer grows as rows come.
+    let mut body = Vec::with_capacity(16 * 1024);
+    pages.page(&mut body).map_err(err)?;
+    if pages.done {
+        return Ok(Response::json(body));
+    }
+    Ok(Response::streamed(JSON, body, pages))
+}
+
+/// The state of a list answered a page at a time.
+struct ListPages {
+    sh: Arc<Shared>,
+    table: &'static Table,
+    cols: Vec<Column>,
+    /// The list's own WHERE.
+    filter: Filter,
+    desc: bool,
+    /// Rows the first page skips.
+    offset: u64,
+    /// The last ID written.
+    last: Option<i64>,
+    /// Rows still to write, for a list with a limit.
+    left: Option<u64>,
+    /// Rows written.
+    rows: usize,
+    page_rows: u64,
+    compact: bool,
+    dialect: JsonDialect,
+    done: bool,
+}
+
+impl ListPages {
+    /// Reads the next page and appends it to `out` (the list's head before
+    /// the first, its end after the last, when `done` is then set).
+    fn page(&mut self, out: &mut Vec<u8>) -> burrow_core::Result<()> {
+        let t = self.table;
+        let mut filter = self.filter.clone();
+        if let Some(last) = self.last {
+            let past = Expr::Cmp(
+                Column::Id,
+                if self.desc { CmpOp::Lt } else { CmpOp::Gt },
+                filter.params.len(),
+            );
+            filter.params.push(Value::Int(last));
+            filter.expr = Some(match filter.expr.take() {
+                None => past,
+                Some(Expr::And(mut all)) => {
+                    all.push(past);
+                    Expr::And(all)
+                }
+                Some(e) => Expr::And(vec![e, past]),
+            });
+        }
+        let want = self.left.map_or(self.page_rows, |l| l.min(self.page_rows));
+        // One row more than the page says whether another page follows: a
+        // list of exactly a page is answered whole, without an empty page.
+        let select = Select {
+            filter,
+            order: vec![(Column::Id, self.desc)],
+            limit: Some(want + 1),
+            offset: std::mem::take(&mut self.offset),
+        };
+        let start = out.len();
+        let mut w = if self.rows == 0 {
+            ListWriter::begin(out, t, &self.cols, self.compact, self.dialect)
+        } else {
+            ListWriter::resume(t, &self.cols, self.compact, self.dialect, self.rows)
+        };
+        let before = w.rows();
+        let mut last = self.last;
+        let mut more = false;
+        let piece = self.sh.list_piece_bytes;
+        self.sh.client.route(t)?.select(t, &select, &mut |row| {
+            // A page ends at its row count, or once it holds a piece (rows
+            // larger than guessed), one row at least: the rest is read again
+            // with the next page.
+            let got = (w.rows() - before) as u64;
+            if got == want || (got > 0 && out.len() - start >= piece) {
+                more = true;
+                return Ok(());
+            }
+            last = Some(row.id()?);
+            w.row(out, row)
+        })?;
+        let got = (w.rows() - before) as u64;
+        self.rows = w.rows();
+        self.last = last;
+        if let Some(l) = &mut self.left {
+            *l -= got;
+        }
+        if !more || self.left == Some(0) {
+            w.finish(out);
+            self.done = true;
+        } else if let Some(per_row) = ((out.len() - start) as u64).checked_div(got) {
+            // The next page: about a piece's worth of rows like these.
+            self.page_rows =
+                (self.sh.list_piece_bytes as u64 / per_row.max(1)).clamp(1, MAX_PAGE_ROWS);
+        }
+        Ok(())
+    }
+}
+
+impl BodyStream for ListPages {
+    fn next(&mut self) -> PieceFuture<'_> {
+        Box::pin(async move {
+            if self.done {
+                return None;
+            }
+            // A page may scan much of a table, and wait for the engine's
+            // lock: it runs off the event loop.
+            let mut out = Vec::with_capacity(self.sh.list_piece_bytes.min(1 << 22) + 1024);
+            match crate::server::aside(|| self.page(&mut out)) {
+                Ok(()) => Some(Ok(out)),
+                Err(e) => {
+                    self.done = true;
+                    Some(Err(std::io::Error::other(e.to_string())))
+                }
+            }
+        })
+    }
 }
 
 fn sql_select(sh: &Ctx<'_>, req: &RestRequest, who: Principal) -> Outcome {
@@ -633,6 +823,7 @@ fn sql_select(sh: &Ctx<'_>, req: &RestRequest, who: Principal) -> Outcome {
     let s = s.resolve().map_err(sql_err)?;
     match &s.projection {
         Projection::Count(label) => {
+            off_loop()?;
             let n = engine(sh, s.table)?
                 .count(s.table, &s.select.filter)
                 .map_err(err)?;
@@ -695,6 +886,9 @@ fn run_batch(
         flush(op);
         check(sh, who, op.table(), need(op)).is_ok()
     };
+    if req.body.len() >= LONG_BATCH_BYTES {
+        off_loop()?;
+    }
     if let (Some(parser), Some(tx)) = (&sh.parser, sh.tx) {
         if sh.local_engines && req.body.len() >= PIPELINE_BYTES {
             let admit = |op: &batch::Op| {
@@ -784,10 +978,35 @@ fn run_batch(
     parsed.ops().for_each(flush);
     let r = batch::execute(&parsed, |items, opts, stop| match sh.tx {
         Some(tx) => tx.apply_items(items, opts, stop),
-        None => sh.client.apply_items(items, opts, stop),
+        None => {
+            // On the event loop, a batch must commit once: a part committed
+            // before another part refuses to wait would be done twice when
+            // the request runs again.
+            if waits_refused() && !commits_once(sh, items, opts) {
+                return Err(refuse("burrow-http"));
+            }
+            sh.client.apply_items(items, opts, stop)
+        }
     });
     parsed.ops().for_each(flush);
     batch_outcome(sh, req, &r)
+}
+
+/// Batch bodies from this size are long work (see [`off_loop`]).
+const LONG_BATCH_BYTES: usize = 64 * 1024;
+
+/// Whether `items` run in one engine, in one transaction or one call.
+fn commits_once(sh: &Shared, items: &[burrow_core::BatchItem<'_>], opts: BatchOptions) -> bool {
+    let one_part = opts.rollback_on_error
+        || opts.auto_transaction_rows == 0
+        || opts.auto_transaction_rows >= items.len();
+    let mut engines = items.iter().map(|i| sh.client.engine(i.table).ok());
+    let first = engines.next().flatten();
+    one_part
+        && engines.all(|e| match (e, first) {
+            (Some(e), Some(f)) => Arc::ptr_eq(e, f),
+            _ => false,
+        })
 }
 
 /// The answer to a batch that ran.

@@ -8,7 +8,9 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use burrow_http::web::{Handler, Headers, HttpServer, Limits, Request, RequestHead, Response};
+use burrow_http::web::{
+    BodyStream, Handler, Headers, HttpServer, Limits, PieceFuture, Request, RequestHead, Response,
+};
 
 /// What the test handler saw.
 #[derive(Default)]
@@ -66,6 +68,15 @@ impl Handler for Echo {
             }
             ("GET", "/panic") => panic!("a handler bug"),
             ("GET" | "HEAD", "/big") => Response::text(vec![b'x'; 10_000]),
+            ("GET", "/huge") => Response::text(vec![b'x'; HUGE]),
+            ("GET" | "HEAD", "/pieces") => Response::streamed(
+                "text/plain",
+                b"first;".to_vec(),
+                Pieces {
+                    left: req.param("n").and_then(|n| n.parse().ok()).unwrap_or(3),
+                    fail: req.param("fail").is_some(),
+                },
+            ),
             (_, "/echo") => Response::error(405, "Method Not Allowed"),
             _ => Response::error(404, "Not Found"),
         }
@@ -73,6 +84,26 @@ impl Handler for Echo {
 
     fn extra_headers(&self, out: &mut Headers<'_>) {
         out.number("X-Calls", self.0.calls.load(Ordering::SeqCst) as u64);
+    }
+}
+
+/// A streamed body: `left` pieces of 1,000 bytes, then the end or, with
+/// `fail`, an error.
+struct Pieces {
+    left: usize,
+    fail: bool,
+}
+
+impl BodyStream for Pieces {
+    fn next(&mut self) -> PieceFuture<'_> {
+        Box::pin(async move {
+            if self.left == 0 {
+                return self.fail.then(|| Err(std::io::Error::other("broken")));
+            }
+            self.left -= 1;
+            tokio::task::yield_now().await;
+            Some(Ok(vec![b'0' + (self.left % 10) as u8; 1000]))
+        })
     }
 }
 
@@ -540,4 +571,121 @@ fn shutdown_closes_idle_connections() {
     server.shutdown();
     assert!(t.elapsed() < Duration::from_secs(5));
     assert!(c.closed());
+}
+
+/// A body far larger than the socket buffers hold.
+const HUGE: usize = 24 << 20;
+
+#[test]
+fn the_write_timeout_cuts_off_a_reader_that_stops_not_one_that_is_slow() {
+    let (server, _) = server_with(Limits {
+        // Progress shows when the kernel's send buffer has room again, once
+        // the reader drained about half of it (up to a few MiB): the
+        // timeout must leave time for that.
+        write_timeout: Duration::from_secs(1),
+        ..Limits::default()
+    });
+    // Slow but steady: about 6 MiB/s, so the answer takes seconds, many
+    // times the write timeout.
+    let mut c = Conn::open(server.local_addr());
+    c.send(b"GET /huge HTTP/1.1\r\nHost: t\r\n\r\n");
+    let started = Instant::now();
+    let mut got = 0;
+    let mut chunk = vec![0u8; 256 * 1024];
+    while got < HUGE {
+        match c.stream.read(&mut chunk) {
+            Ok(0) | Err(_) => break,
+            Ok(n) => got += n,
+        }
+        std::thread::sleep(Duration::from_millis(40));
+    }
+    assert!(got > HUGE, "the whole answer came ({got} bytes)");
+    assert!(started.elapsed() > Duration::from_secs(3));
+    // One that stops reading is cut off: after a pause, what the socket
+    // buffers held, then the end.
+    let mut c = Conn::open(server.local_addr());
+    c.send(b"GET /huge HTTP/1.1\r\nHost: t\r\n\r\n");
+    std::thread::sleep(Duration::from_millis(2500));
+    let mut got = 0;
+    loop {
+        match c.stream.read(&mut chunk) {
+            Ok(0) | Err(_) => break,
+            Ok(n) => got += n,
+        }
+    }
+    assert!(got < HUGE, "cut off after {got} bytes");
+}
+
+/// The body `/pieces?n=N` streams.
+fn pieces(n: usize) -> Vec<u8> {
+    let mut want = b"first;".to_vec();
+    for left in (0..n).rev() {
+        want.extend(std::iter::repeat_n(b'0' + (left % 10) as u8, 1000));
+    }
+    want
+}
+
+/// Reads a chunked body off `c`: its chunks, and whether it ended properly.
+fn chunks(c: &mut Conn) -> (Vec<u8>, bool) {
+    let mut body = Vec::new();
+    loop {
+        let (start, size) = loop {
+            match httparse::parse_chunk_size(&c.buf) {
+                Ok(httparse::Status::Complete(found)) => break found,
+                Ok(httparse::Status::Partial) if c.fill() => {}
+                _ => return (body, false),
+            }
+        };
+        let end = start + size as usize + 2;
+        while c.buf.len() < end {
+            if !c.fill() {
+                return (body, false);
+            }
+        }
+        body.extend_from_slice(&c.buf[start..end - 2]);
+        c.buf.drain(..end);
+        if size == 0 {
+            return (body, true);
+        }
+    }
+}
+
+#[test]
+fn streamed_bodies_go_chunked_gzipped_or_cut_short() {
+    let (server, _) = server();
+    let mut c = Conn::open(server.local_addr());
+    c.send(b"GET /pieces?n=12 HTTP/1.1\r\nHost: t\r\n\r\n");
+    let head = c.read_for(true).expect("a head");
+    assert_eq!(head.header("Transfer-Encoding"), Some("chunked"));
+    assert_eq!(head.header("Content-Length"), None);
+    assert_eq!(chunks(&mut c), (pieces(12), true));
+    // The connection goes on; gzipped on the fly for who accepts it.
+    c.send(b"GET /pieces?n=40 HTTP/1.1\r\nHost: t\r\nAccept-Encoding: gzip\r\n\r\n");
+    let head = c.read_for(true).expect("a head");
+    assert_eq!(head.header("Content-Encoding"), Some("gzip"));
+    let (gz, whole) = chunks(&mut c);
+    assert!(whole);
+    let mut body = Vec::new();
+    std::io::Read::read_to_end(&mut flate2::read::GzDecoder::new(&gz[..]), &mut body)
+        .expect("gzip");
+    assert_eq!(body, pieces(40));
+    // A HEAD gets the head only, and the connection goes on.
+    c.send(b"HEAD /pieces HTTP/1.1\r\nHost: t\r\n\r\nGET /echo?v=1 HTTP/1.1\r\nHost: t\r\n\r\n");
+    assert_eq!(c.read_for(true).map(|r| r.status), Some(200));
+    assert_eq!(c.read().map(|r| r.status), Some(200));
+    // A body that fails midway ends without its last chunk, and closes.
+    c.send(b"GET /pieces?n=2&fail=1 HTTP/1.1\r\nHost: t\r\n\r\n");
+    c.read_for(true).expect("a head");
+    let (body, whole) = chunks(&mut c);
+    assert!(!whole, "a failed body must not look whole");
+    assert_eq!(body, pieces(2));
+    assert!(c.closed());
+    // HTTP/1.0: no chunks, the body ends with the connection.
+    let mut c = Conn::open(server.local_addr());
+    c.send(b"GET /pieces?n=5 HTTP/1.0\r\n\r\n");
+    let head = c.read_for(true).expect("a head");
+    assert_eq!(head.header("Transfer-Encoding"), None);
+    assert_eq!(head.header("Connection"), Some("close"));
+    while c.fill() {}
+    assert_eq!(c.buf, pieces(5));
 }

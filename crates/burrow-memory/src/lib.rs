@@ -118,7 +118,10 @@ use std::ops::Deref;
 use std::path::Path;
 use std::ptr;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Condvar, Mutex, PoisonError, RwLock, RwLockReadGuard, RwLockWriteGuard};
+use std::sync::{
+    Arc, Condvar, Mutex, PoisonError, RwLock, RwLockReadGuard, RwLockWriteGuard, TryLockError,
+    TryLockResult,
+};
 use std::time::Instant;
 
 use burrow_core::driver::{apply_each, next_tx_token};
@@ -341,6 +344,9 @@ impl MemoryEngine {
     /// a call of the engine's own once no transaction is open.
     #[inline]
     fn read(&self, tx: Option<u64>) -> Result<RwLockReadGuard<'_, State>> {
+        if tx.is_none() && burrow_core::driver::waits_refused() {
+            return lock_now(self.state.try_read());
+        }
         self.lock(tx, || {
             self.state.read().unwrap_or_else(PoisonError::into_inner)
         })
@@ -349,6 +355,9 @@ impl MemoryEngine {
     /// Locks for writing, as [`MemoryEngine::read`] does.
     #[inline]
     fn write(&self, tx: Option<u64>) -> Result<RwLockWriteGuard<'_, State>> {
+        if tx.is_none() && burrow_core::driver::waits_refused() {
+            return lock_now(self.state.try_write());
+        }
         self.lock(tx, || {
             self.state.write().unwrap_or_else(PoisonError::into_inner)
         })
@@ -515,6 +524,21 @@ impl Drop for MemoryTx {
 /// table read from the file), converted if the fields changed. A field whose
 /// stored kind cannot be read as the declared one without loss is
 /// [`Error::Schema`]. On an error, `ft` is left as it was.
+/// The lock `got` tried to take, for a call of the engine's own that must
+/// not wait (see [`burrow_core::driver::without_waiting`]): refused if it
+/// was held, or if a transaction is open.
+fn lock_now<G: Deref<Target = State>>(got: TryLockResult<G>) -> Result<G> {
+    let g = match got {
+        Ok(g) => g,
+        Err(TryLockError::Poisoned(p)) => p.into_inner(),
+        Err(TryLockError::WouldBlock) => return Err(burrow_core::driver::refuse(ENGINE)),
+    };
+    if g.owner.is_some() {
+        return Err(burrow_core::driver::refuse(ENGINE));
+    }
+    Ok(g)
+}
+
 fn adopt(table: &'static Table, ft: &mut FileTable) -> Result<(TableData, bool)> {
     let fl = &ft.layout;
     let mut src: Vec<Option<usize>> = table

@@ -144,14 +144,14 @@ pub fn visit<'t>(
     let n = t.rows.len() as u32;
     match (list, rev) {
         (None, false) => {
-            for s in 0..n {
+            for s in id_bound(t, filter, false).unwrap_or(0)..n {
                 if !step(s)? {
                     break;
                 }
             }
         }
         (None, true) => {
-            for s in (0..n).rev() {
+            for s in (0..id_bound(t, filter, true).map_or(n, |s| s + 1)).rev() {
                 if !step(s)? {
                     break;
                 }
@@ -173,6 +173,32 @@ pub fn visit<'t>(
         }
     }
     Ok(())
+}
+
+/// Where a scan of a table in ID order may start (or, reversed, end): at
+/// the row that a top-level `ID >` or `ID >=` (reversed: `<`, `<=`) names,
+/// when that row exists. A list read a page at a time gives one, the last
+/// ID of the page before: each page then costs its own rows, not a scan of
+/// all those before it. The filter still checks every row.
+fn id_bound(t: &TableData, filter: &Filter, rev: bool) -> Option<u32> {
+    let terms = match filter.expr.as_ref()? {
+        Expr::And(v) => v.as_slice(),
+        other => std::slice::from_ref(other),
+    };
+    terms.iter().find_map(|term| match term {
+        Expr::Cmp(Column::Id, op, p)
+            if matches!(
+                (op, rev),
+                (CmpOp::Gt | CmpOp::Ge, false) | (CmpOp::Lt | CmpOp::Le, true)
+            ) =>
+        {
+            match filter.params.get(*p) {
+                Some(Value::Int(id)) => t.slot_of(*id),
+                _ => None,
+            }
+        }
+        _ => None,
+    })
 }
 
 /// Calls `out` with each row `select` selects, in its order, after its offset

@@ -543,3 +543,52 @@ fn many_threads_read_and_write() {
         assert_eq!(hit, vec![p]);
     }
 }
+
+#[test]
+fn id_bounds_select_the_rows_past_them_either_way() {
+    let (c, e) = filled(50);
+    for id in [10, 20, 30] {
+        c.delete::<Person>(id).unwrap();
+    }
+    let t = Person::table();
+    let ids = |op: &str, bound: i64, desc: bool, rest: &str| -> Vec<i64> {
+        let text = format!("ID {op} ?{rest}");
+        let select = Select {
+            filter: Filter::parse(t, &text, &[Value::Int(bound)]).unwrap(),
+            order: vec![(Column::Id, desc)],
+            limit: None,
+            offset: 0,
+        };
+        let mut out = Vec::new();
+        e.select(t, &select, &mut |row| {
+            out.push(row.id()?);
+            Ok(())
+        })
+        .unwrap();
+        out
+    };
+    let live = |r: std::ops::RangeInclusive<i64>| -> Vec<i64> {
+        r.filter(|id| ![10, 20, 30].contains(id)).collect()
+    };
+    // From a row that exists, and from one deleted (a full scan then).
+    assert_eq!(ids(">", 15, false, ""), live(16..=50));
+    assert_eq!(ids(">=", 15, false, ""), live(15..=50));
+    assert_eq!(ids(">", 20, false, ""), live(21..=50));
+    assert_eq!(
+        ids("<", 15, true, ""),
+        live(1..=14).into_iter().rev().collect::<Vec<_>>()
+    );
+    assert_eq!(
+        ids("<=", 15, true, ""),
+        live(1..=15).into_iter().rev().collect::<Vec<_>>()
+    );
+    // The bound among other terms, and a bound the other way than the order.
+    assert_eq!(
+        ids(">", 40, false, " AND ID <> 45"),
+        vec![41, 42, 43, 44, 46, 47, 48, 49, 50]
+    );
+    assert_eq!(
+        ids(">", 45, true, ""),
+        live(46..=50).into_iter().rev().collect::<Vec<_>>()
+    );
+}

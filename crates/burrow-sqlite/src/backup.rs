@@ -402,6 +402,12 @@ impl Turn {
         }
     }
 
+    /// Whether a backup step waits for the lock now.
+    #[inline]
+    pub(crate) fn wanted(&self) -> bool {
+        self.waiting.load(Ordering::Relaxed)
+    }
+
     #[cold]
     fn wait(&self) {
         let g = self.m.lock().unwrap_or_else(PoisonError::into_inner);

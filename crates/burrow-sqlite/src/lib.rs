@@ -69,7 +69,7 @@ pub mod schema;
 pub mod statements;
 mod vtab;
 
-use std::sync::{Arc, Condvar, Mutex, MutexGuard, PoisonError};
+use std::sync::{Arc, Condvar, Mutex, MutexGuard, PoisonError, TryLockError};
 
 use burrow_core::chrono::{DateTime, Utc};
 use burrow_core::datetime::{write_date, write_datetime, DATETIME_BUF};
@@ -266,6 +266,9 @@ impl SqliteEngine {
     /// most the busy timeout).
     fn lock(&self, tx: Option<u64>) -> Result<MutexGuard<'_, Inner>> {
         if tx.is_none() {
+            if burrow_core::driver::waits_refused() {
+                return self.lock_now();
+            }
             self.turn.give_way();
         }
         let g = self.inner.lock().unwrap_or_else(PoisonError::into_inner);
@@ -288,6 +291,26 @@ impl SqliteEngine {
                 Ok(g)
             }
         }
+    }
+}
+
+impl SqliteEngine {
+    /// Locks the connection for a call of its own if that needs no wait:
+    /// no transaction open, no backup step waiting for its turn, the mutex
+    /// free; else refuses (see [`burrow_core::driver::without_waiting`]).
+    fn lock_now(&self) -> Result<MutexGuard<'_, Inner>> {
+        if self.turn.wanted() {
+            return Err(burrow_core::driver::refuse(ENGINE));
+        }
+        let g = match self.inner.try_lock() {
+            Ok(g) => g,
+            Err(TryLockError::Poisoned(p)) => p.into_inner(),
+            Err(TryLockError::WouldBlock) => return Err(burrow_core::driver::refuse(ENGINE)),
+        };
+        if g.owner.is_some() {
+            return Err(burrow_core::driver::refuse(ENGINE));
+        }
+        Ok(g)
     }
 }
 

@@ -478,6 +478,26 @@ impl<'a> ListWriter<'a> {
         }
     }
 
+    /// Goes on with a list whose head and first `rows` rows (at least one)
+    /// were written earlier, into another buffer: a list written in pieces.
+    pub fn resume(
+        table: &'a Table,
+        columns: &'a [Column],
+        compact: bool,
+        dialect: JsonDialect,
+        rows: usize,
+    ) -> Self {
+        debug_assert!(rows > 0, "an empty list is written whole");
+        ListWriter {
+            table,
+            columns,
+            compact,
+            dialect,
+            rows,
+            start: 0,
+        }
+    }
+
     /// Appends one row.
     pub fn row(&mut self, out: &mut Vec<u8>, row: &dyn Row) -> Result<()> {
         if self.compact {

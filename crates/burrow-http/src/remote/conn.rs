@@ -192,17 +192,24 @@ pub(super) fn exchange(
                         location = header_text(h.value).map(str::to_owned);
                     }
                 }
-                if framing.chunked {
-                    return Err(Retry::No(Error::engine(
-                        ENGINE,
-                        "a chunked response (Burrow and mORMot servers send a Content-Length)",
-                    )));
-                }
                 let len = framing.content_length.unwrap_or(0);
                 let keep = framing.keep_alive;
                 if status == 100 {
                     c.buf.drain(..head);
                     continue;
+                }
+                if framing.chunked {
+                    // A large answer (a long list) comes in pieces.
+                    c.buf.drain(..head);
+                    let body = read_chunked(c).map_err(Retry::No)?;
+                    return Ok((
+                        Reply {
+                            status,
+                            body,
+                            location,
+                        },
+                        keep && c.buf.is_empty(),
+                    ));
                 }
                 while c.buf.len() < head + len {
                     read_more(c).map_err(Retry::No)?;
@@ -233,6 +240,45 @@ pub(super) fn exchange(
                 )))
             }
         }
+    }
+}
+
+/// Reads a chunked body from the start of `c.buf`, trailers and all.
+fn read_chunked(c: &mut Conn) -> Result<Vec<u8>> {
+    let malformed = || Error::engine(ENGINE, "a malformed chunked response");
+    let mut body = Vec::new();
+    loop {
+        let (start, size) = loop {
+            match httparse::parse_chunk_size(&c.buf) {
+                Ok(httparse::Status::Complete(found)) => break found,
+                Ok(httparse::Status::Partial) => read_more(c)?,
+                Err(_) => return Err(malformed()),
+            }
+        };
+        if size == 0 {
+            // The last chunk: trailers, if any, then a blank line.
+            let end = loop {
+                if c.buf.get(start..start + 2) == Some(b"\r\n") {
+                    break start + 2;
+                }
+                if let Some(at) = c.buf[start..].windows(4).position(|w| w == b"\r\n\r\n") {
+                    break start + at + 4;
+                }
+                read_more(c)?;
+            };
+            c.buf.drain(..end);
+            return Ok(body);
+        }
+        let size = usize::try_from(size).map_err(|_| malformed())?;
+        let end = start.checked_add(size).ok_or_else(malformed)?;
+        while c.buf.len() < end + 2 {
+            read_more(c)?;
+        }
+        if &c.buf[end..end + 2] != b"\r\n" {
+            return Err(malformed());
+        }
+        body.extend_from_slice(&c.buf[start..end]);
+        c.buf.drain(..end + 2);
     }
 }
 

@@ -39,7 +39,7 @@ enum Admitted {
 
 /// Writes `resp` for a connection about to close.
 pub(crate) fn write_error<H: Handler>(core: &Core<H>, out: &mut Vec<u8>, resp: &Response) {
-    write(core, out, resp, false, false, true);
+    write(core, out, resp, false, false, true, true);
 }
 
 fn write<H: Handler>(
@@ -49,12 +49,14 @@ fn write<H: Handler>(
     head_only: bool,
     gzip: bool,
     close: bool,
+    chunked: bool,
 ) {
     let how = response::Framing {
         head_only,
         gzip,
         gzip_min: core.limits.gzip_min_bytes,
         close,
+        chunked,
         server: &core.server_name,
     };
     response::write(out, resp, &how, |h| core.handler.extra_headers(h));
@@ -115,6 +117,40 @@ async fn flush<H: Handler>(core: &Core<H>, stream: &mut impl Stream, out: &mut V
         out.shrink_to(64 * 1024);
     }
     ok
+}
+
+/// Writes a streamed body after its head (in `out`), a piece at a time;
+/// false when the connection must close: the client is gone or stopped
+/// reading, or the body failed midway (its end is then not sent, so the
+/// client sees it cut short).
+async fn stream_body<H: Handler>(
+    core: &Core<H>,
+    stream: &mut impl Stream,
+    out: &mut Vec<u8>,
+    mut pieces: response::Pieces,
+    first: Vec<u8>,
+    mut rest: Box<dyn response::BodyStream>,
+) -> bool {
+    if pieces.piece(out, &first).is_err() {
+        return false;
+    }
+    drop(first);
+    loop {
+        if !flush(core, stream, out).await {
+            return false;
+        }
+        // A panicking producer fails the body, as an error does.
+        match unwinding(rest.next()).await {
+            Some(Some(Ok(piece))) => {
+                if pieces.piece(out, &piece).is_err() {
+                    return false;
+                }
+            }
+            Some(Some(Err(_))) | None => return false,
+            Some(None) => break,
+        }
+    }
+    pieces.finish(out).is_ok() && flush(core, stream, out).await
 }
 
 async fn fail<H: Handler>(
@@ -251,7 +287,7 @@ pub(crate) async fn serve<H: Handler>(
                     pos += body;
                 }
                 let close = !keep || core.stopping.load(Ordering::Relaxed);
-                write(core, &mut out, &resp, head_only, false, close);
+                write(core, &mut out, &resp, head_only, false, close, true);
                 if close {
                     flush(core, &mut stream, &mut out).await;
                     break 'conn;
@@ -333,16 +369,27 @@ pub(crate) async fn serve<H: Handler>(
         let head_only = head.method() == "HEAD";
         let gzip = head.accepts_gzip();
         let keep_alive = head.keep_alive();
+        let http11 = head.is_http11();
         let answer = unwinding(core.handler.call(&mut conn, Request::new(head, body))).await;
         // Given back before the answer is written: the handler is done with
         // the body, and a client told to retry may retry at once.
         drop(share);
-        let (resp, close) = match answer {
+        let (mut resp, mut close) = match answer {
             Some(resp) => (resp, !keep_alive || core.stopping.load(Ordering::Relaxed)),
             // The connection's state may be half-changed: it goes.
             None => (Response::error(500, "Internal Server Error"), true),
         };
-        write(core, &mut out, &resp, head_only, gzip, close);
+        // A streamed body to an HTTP/1.0 client ends with the connection.
+        close |= resp.stream.is_some() && !http11 && !head_only;
+        write(core, &mut out, &resp, head_only, gzip, close, http11);
+        if let Some(rest) = resp.stream.take().filter(|_| !head_only) {
+            let first = std::mem::take(&mut resp.body);
+            drop(resp);
+            let pieces = response::Pieces::new(gzip, http11);
+            if !stream_body(core, &mut stream, &mut out, pieces, first, rest).await {
+                break 'conn;
+            }
+        }
         if close {
             flush(core, &mut stream, &mut out).await;
             break 'conn;

@@ -48,7 +48,10 @@
 //! - **Responses**: `Server`, `Date` (rendered at most once a second per
 //!   thread, never frozen), `Content-Length`, `Connection: close` when it
 //!   closes; a body of at least [`Limits::gzip_min_bytes`] is gzipped when
-//!   the request accepts gzip; a `HEAD` gets the head only.
+//!   the request accepts gzip; a `HEAD` gets the head only. A body too large
+//!   to hold whole is a [`BodyStream`]: written a piece at a time, the next
+//!   asked for once the last is written, chunked (HTTP/1.0: until close) and
+//!   gzipped on the fly when accepted.
 //! - **Time limits** ([`Limits`]): a whole request (head and body) must
 //!   arrive within the request timeout once its first byte came (408); an
 //!   idle keep-alive connection closes after the idle timeout; a write that
@@ -112,7 +115,7 @@ use tokio::sync::watch;
 use tokio::time::timeout;
 
 pub use request::{Request, RequestHead};
-pub use response::{Headers, Response, JSON, TEXT};
+pub use response::{BodyStream, Headers, PieceFuture, Response, JSON, TEXT};
 
 /// What a server does with requests: one per server, shared by every
 /// connection (so `Send + Sync`).

@@ -33,6 +33,7 @@ pub struct RequestHead<'a> {
     keep_alive: bool,
     gzip: bool,
     expect_continue: bool,
+    http11: bool,
     peer: Option<IpAddr>,
 }
 
@@ -123,6 +124,11 @@ impl RequestHead<'_> {
         self.gzip
     }
 
+    /// The request is HTTP/1.1 (not 1.0): it may be answered chunked.
+    pub fn is_http11(&self) -> bool {
+        self.http11
+    }
+
     /// The client waits for `100 Continue` before sending its body.
     pub fn expects_continue(&self) -> bool {
         self.expect_continue
@@ -142,6 +148,7 @@ impl RequestHead<'_> {
             keep_alive: self.keep_alive,
             gzip: self.gzip,
             expect_continue: self.expect_continue,
+            http11: self.http11,
             peer: self.peer,
         }
     }
@@ -273,6 +280,7 @@ pub(crate) fn parse<'a>(buf: &'a [u8], limits: &Limits) -> Parsed<'a> {
             keep_alive: framing.keep_alive,
             gzip,
             expect_continue,
+            http11: r.version == Some(1),
             peer: None,
             text,
         },

@@ -14,18 +14,54 @@ pub const TEXT: &str = "text/plain; charset=utf-8";
 /// `Content-Length`, the [`super::Handler::extra_headers`], `Connection:
 /// close` when it closes, and gzips a large body for a client that accepts
 /// it.
-#[derive(Debug, Clone)]
 pub struct Response {
     /// The status code.
     pub status: u16,
     /// `Content-Type`; not sent when empty.
     pub content_type: Cow<'static, str>,
-    /// The body (for `HEAD`, only its length is sent).
+    /// The body (for `HEAD`, only its length is sent); with a
+    /// [`Response::stream`], its first piece.
     pub body: Vec<u8>,
     /// More headers (e.g. `Location`). A name or value holding a line break
     /// is not sent.
     pub headers: Vec<(Cow<'static, str>, Cow<'static, str>)>,
+    /// The rest of the body, produced a piece at a time as the client reads
+    /// it (see [`Response::streamed`]).
+    pub stream: Option<Box<dyn BodyStream>>,
 }
+
+impl std::fmt::Debug for Response {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Response")
+            .field("status", &self.status)
+            .field("content_type", &self.content_type)
+            .field("body", &self.body.len())
+            .field("headers", &self.headers)
+            .field("streamed", &self.stream.is_some())
+            .finish()
+    }
+}
+
+/// The pieces of a body too large to hold whole: the core asks for the next
+/// one once the previous one is written, so a response holds one piece at a
+/// time however large it is, and a client that reads slowly slows its
+/// producer rather than filling memory.
+///
+/// Such a body is sent with `Transfer-Encoding: chunked` (to an HTTP/1.0
+/// client: until the connection closes), gzipped on the fly for a client
+/// that accepts gzip. Its length is not known in advance: a `HEAD` gets the
+/// head only.
+pub trait BodyStream: Send + 'static {
+    /// The next piece, or `None` once the body is whole. An error ends the
+    /// response early: the connection closes without the body's end, so the
+    /// client sees it cut short rather than taking it for whole.
+    fn next(&mut self) -> PieceFuture<'_>;
+}
+
+/// What [`BodyStream::next`] returns.
+pub type PieceFuture<'a> = std::pin::Pin<
+    Box<dyn std::future::Future<Output = Option<std::io::Result<Vec<u8>>>> + Send + 'a>,
+>;
 
 impl Response {
     /// A status with an empty body and no content type.
@@ -35,6 +71,7 @@ impl Response {
             content_type: Cow::Borrowed(""),
             body: Vec::new(),
             headers: Vec::new(),
+            stream: None,
         }
     }
 
@@ -45,6 +82,20 @@ impl Response {
             content_type: content_type.into(),
             body,
             headers: Vec::new(),
+            stream: None,
+        }
+    }
+
+    /// 200 with a body of `first`, then what `rest` produces: see
+    /// [`BodyStream`].
+    pub fn streamed(
+        content_type: impl Into<Cow<'static, str>>,
+        first: Vec<u8>,
+        rest: impl BodyStream,
+    ) -> Self {
+        Response {
+            stream: Some(Box::new(rest)),
+            ..Response::with(content_type, first)
         }
     }
 
@@ -189,6 +240,9 @@ pub(crate) struct Framing<'a> {
     pub gzip_min: usize,
     /// The connection closes after it.
     pub close: bool,
+    /// A streamed body goes chunked (the client speaks HTTP/1.1); else it
+    /// ends when the connection closes.
+    pub chunked: bool,
     /// The `Server` header.
     pub server: &'a str,
 }
@@ -201,7 +255,8 @@ pub(crate) fn write(
     how: &Framing<'_>,
     extra: impl FnOnce(&mut Headers<'_>),
 ) {
-    let gz = if how.gzip && resp.body.len() >= how.gzip_min {
+    let streamed = resp.stream.is_some();
+    let gz = if how.gzip && !streamed && resp.body.len() >= how.gzip_min {
         gzip(&resp.body)
     } else {
         None
@@ -221,21 +276,84 @@ pub(crate) fn write(
     if !resp.content_type.is_empty() {
         h.add("Content-Type", resp.content_type.as_bytes());
     }
-    if gz.is_some() {
+    if gz.is_some() || (streamed && how.gzip) {
         h.add("Content-Encoding", b"gzip");
         h.add("Vary", b"Accept-Encoding");
     }
     for (name, value) in &resp.headers {
         h.add(name, value.as_bytes());
     }
-    out.extend_from_slice(b"Content-Length: ");
-    out.extend_from_slice(itoa::Buffer::new().format(body.len()).as_bytes());
-    if how.close {
-        out.extend_from_slice(b"\r\nConnection: close");
+    if !streamed {
+        out.extend_from_slice(b"Content-Length: ");
+        out.extend_from_slice(itoa::Buffer::new().format(body.len()).as_bytes());
+        out.extend_from_slice(b"\r\n");
+    } else if how.chunked {
+        out.extend_from_slice(b"Transfer-Encoding: chunked\r\n");
     }
-    out.extend_from_slice(b"\r\n\r\n");
-    if !how.head_only {
+    if how.close {
+        out.extend_from_slice(b"Connection: close\r\n");
+    }
+    out.extend_from_slice(b"\r\n");
+    if !how.head_only && !streamed {
         out.extend_from_slice(body);
+    }
+}
+
+/// Frames the pieces of a streamed body (see [`BodyStream`]): gzipped on
+/// the fly when the client accepts it, chunked for HTTP/1.1.
+pub(crate) struct Pieces {
+    gz: Option<flate2::write::GzEncoder<Vec<u8>>>,
+    chunked: bool,
+}
+
+impl Pieces {
+    pub(crate) fn new(gzip: bool, chunked: bool) -> Pieces {
+        Pieces {
+            gz: gzip
+                .then(|| flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::fast())),
+            chunked,
+        }
+    }
+
+    /// Appends `data`, framed, to `out` (gzip may hold some of it back).
+    pub(crate) fn piece(&mut self, out: &mut Vec<u8>, data: &[u8]) -> std::io::Result<()> {
+        match &mut self.gz {
+            Some(enc) => {
+                enc.write_all(data)?;
+                // The encoder only appends to its output: what it has
+                // written so far can be taken.
+                let done = enc.get_mut();
+                frame(out, done, self.chunked);
+                done.clear();
+            }
+            None => frame(out, data, self.chunked),
+        }
+        Ok(())
+    }
+
+    /// Appends the end of the body to `out`.
+    pub(crate) fn finish(self, out: &mut Vec<u8>) -> std::io::Result<()> {
+        if let Some(enc) = self.gz {
+            frame(out, &enc.finish()?, self.chunked);
+        }
+        if self.chunked {
+            out.extend_from_slice(b"0\r\n\r\n");
+        }
+        Ok(())
+    }
+}
+
+fn frame(out: &mut Vec<u8>, data: &[u8], chunked: bool) {
+    // An empty chunk would end the body.
+    if data.is_empty() {
+        return;
+    }
+    if chunked {
+        let _ = write!(out, "{:x}\r\n", data.len());
+    }
+    out.extend_from_slice(data);
+    if chunked {
+        out.extend_from_slice(b"\r\n");
     }
 }
 
@@ -284,6 +402,7 @@ mod test {
             gzip: true,
             gzip_min: 1000,
             close: true,
+            chunked: true,
             server: "S",
         };
         write(&mut out, &r, &how, |h| h.number("X-State", 7));

@@ -180,6 +180,15 @@ impl RawConn {
 
     /// Reads one response; `None` when the server closed the connection.
     pub fn read(&mut self) -> Option<Raw> {
+        self.read_for(false)
+    }
+
+    /// Reads the answer to a `HEAD`: a head only.
+    pub fn read_head(&mut self) -> Option<Raw> {
+        self.read_for(true)
+    }
+
+    fn read_for(&mut self, head_only: bool) -> Option<Raw> {
         loop {
             let mut headers = [httparse::EMPTY_HEADER; 32];
             let mut r = httparse::Response::new(&mut headers);
@@ -195,6 +204,25 @@ impl RawConn {
                         )
                     })
                     .collect();
+                if head_only {
+                    self.buf.drain(..head);
+                    return Some(Raw {
+                        status,
+                        headers,
+                        body: Vec::new(),
+                    });
+                }
+                if headers.iter().any(|(n, v)| {
+                    n.eq_ignore_ascii_case("transfer-encoding") && v.contains("chunked")
+                }) {
+                    self.buf.drain(..head);
+                    let body = self.read_chunked()?;
+                    return Some(Raw {
+                        status,
+                        headers,
+                        body,
+                    });
+                }
                 let len: usize = headers
                     .iter()
                     .find(|(n, _)| n.eq_ignore_ascii_case("content-length"))
@@ -215,6 +243,36 @@ impl RawConn {
             }
             if !self.fill() {
                 return None;
+            }
+        }
+    }
+
+    /// A chunked body (no trailers), its chunks joined; `None` if cut short.
+    fn read_chunked(&mut self) -> Option<Vec<u8>> {
+        let mut body = Vec::new();
+        loop {
+            let (start, size) = loop {
+                match httparse::parse_chunk_size(&self.buf) {
+                    Ok(httparse::Status::Complete(found)) => break found,
+                    Ok(httparse::Status::Partial) => {
+                        if !self.fill() {
+                            return None;
+                        }
+                    }
+                    Err(_) => panic!("a malformed chunk"),
+                }
+            };
+            let end = start + size as usize + 2;
+            while self.buf.len() < end {
+                if !self.fill() {
+                    return None;
+                }
+            }
+            assert_eq!(&self.buf[end - 2..end], b"\r\n", "a chunk's end");
+            body.extend_from_slice(&self.buf[start..end - 2]);
+            self.buf.drain(..end);
+            if size == 0 {
+                return Some(body);
             }
         }
     }

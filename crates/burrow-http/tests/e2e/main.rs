@@ -5,6 +5,7 @@
 mod common;
 
 mod access;
+mod answers;
 mod backup;
 mod batch;
 mod cache;
@@ -13,6 +14,7 @@ mod login;
 mod orm;
 mod retry;
 mod signatures;
+mod stall;
 mod tls;
 mod tx_limits;
 mod wire;
