@@ -1025,15 +1025,21 @@ mod test {
         assert_eq!(UriSignature::from_name("md5"), None);
     }
 
-    /// A signed URI captured and sent again once the session's clock has
-    /// moved on by more than the slack is refused, however idle the client.
-    #[test]
-    fn a_captured_signature_expires_with_time() {
+    /// Access control with one user, ann ("secret"), as a server seals it.
+    fn sealed_ann() -> Auth {
         let mut auth = Auth::new()
             .group(Group::new("g").all_tables(Rights::ALL))
             .user("ann", "secret", "g")
             .expect("auth");
         auth.seal();
+        auth
+    }
+
+    /// A signed URI captured and sent again once the session's clock has
+    /// moved on by more than the slack is refused, however idle the client.
+    #[test]
+    fn a_captured_signature_expires_with_time() {
+        let auth = sealed_ann();
         let hash = mormot_password_hash("secret");
         let proof = mormot_proof("root", &auth.nonce(0), "cn", "ann", &hash);
         let body = auth
@@ -1063,11 +1069,7 @@ mod test {
 
     #[test]
     fn a_user_holds_a_bounded_number_of_sessions() {
-        let mut auth = Auth::new()
-            .group(Group::new("g").all_tables(Rights::ALL))
-            .user("ann", "secret", "g")
-            .expect("auth");
-        auth.seal();
+        let auth = sealed_ann();
         let hash = mormot_password_hash("secret");
         for i in 0..SESSIONS_PER_USER + 10 {
             let cnonce = format!("cn{i}");

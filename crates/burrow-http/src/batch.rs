@@ -1030,23 +1030,6 @@ pub(crate) fn parse_and_run_in_tx<E>(
     body: &Arc<Vec<u8>>,
     admit: &dyn Fn(&Op) -> std::result::Result<(), E>,
 ) -> Option<TxRun<E>> {
-    parse_and_run_in_tx_parts(
-        parser, client, tx, writable, default, body, admit, PART_ROWS,
-    )
-}
-
-/// [`parse_and_run_in_tx`] with parts of `rows` writes.
-#[allow(clippy::too_many_arguments)]
-pub(crate) fn parse_and_run_in_tx_parts<E>(
-    parser: &crate::server::Worker,
-    client: &Arc<Database>,
-    tx: &Transaction<'static>,
-    writable: Option<Arc<[&'static Table]>>,
-    default: Option<&'static Table>,
-    body: &Arc<Vec<u8>>,
-    admit: &dyn Fn(&Op) -> std::result::Result<(), E>,
-    rows: (usize, usize),
-) -> Option<TxRun<E>> {
     let text = std::str::from_utf8(body).unwrap_or_default();
     let mut st = InTx {
         // One per write; no write takes fewer than 8 bytes.
@@ -1062,7 +1045,7 @@ pub(crate) fn parse_and_run_in_tx_parts<E>(
         writable,
         default,
         body,
-        rows,
+        PART_ROWS,
         &mut |part, s| {
             st.run(tx, text, admit, &part, s);
             Some(part)

@@ -905,18 +905,7 @@ fn run_batch(
                 &admit,
             );
             match ran {
-                Some(batch::TxRun::Ran(changed, r)) => {
-                    sh.ran_ahead.fetch_add(1, Ordering::Relaxed);
-                    for (t, id) in changed {
-                        sh.cache.flush_id(t, id);
-                    }
-                    let outcome = batch_outcome(sh, req, &r);
-                    if let Some(parser) = &sh.parser {
-                        let body = req.body.clone();
-                        parser.send(move || drop((r, body)));
-                    }
-                    return outcome;
-                }
+                Some(batch::TxRun::Ran(changed, r)) => return ran_ahead(sh, req, changed, r),
                 Some(batch::TxRun::Refused(refused, wrote)) => {
                     let resp = match refused {
                         // Said only of a malformed body: a refusal says no more.
@@ -952,20 +941,7 @@ fn run_batch(
     };
     let parsed = match ahead {
         Some(batch::Run::Invalid(e)) => return Err(err(e)),
-        Some(batch::Run::Ran(changed, r)) => {
-            sh.ran_ahead.fetch_add(1, Ordering::Relaxed);
-            for (t, id) in changed {
-                sh.cache.flush_id(t, id);
-            }
-            let outcome = batch_outcome(sh, req, &r);
-            // Freeing a large batch unmaps memory: the parser's thread does
-            // it, off the answer's way.
-            if let Some(parser) = &sh.parser {
-                let body = req.body.clone();
-                parser.send(move || drop((r, body)));
-            }
-            return outcome;
-        }
+        Some(batch::Run::Ran(changed, r)) => return ran_ahead(sh, req, changed, r),
         Some(batch::Run::Parsed(p)) => p,
         Some(batch::Run::Again) | None => {
             batch::parse(sh.client.model(), writable.as_deref(), default, &req.body).map_err(err)?
@@ -1007,6 +983,27 @@ fn commits_once(sh: &Shared, items: &[burrow_core::BatchItem<'_>], opts: BatchOp
             (Some(e), Some(f)) => Arc::ptr_eq(e, f),
             _ => false,
         })
+}
+
+/// The answer to a batch that ran while it was parsed.
+fn ran_ahead(
+    sh: &Ctx<'_>,
+    req: &RestRequest,
+    changed: Vec<(&'static Table, i64)>,
+    r: burrow_core::Result<Vec<BatchResult>>,
+) -> Outcome {
+    sh.ran_ahead.fetch_add(1, Ordering::Relaxed);
+    for (t, id) in changed {
+        sh.cache.flush_id(t, id);
+    }
+    let outcome = batch_outcome(sh, req, &r);
+    // Freeing a large batch unmaps memory: the parser's thread does it, off
+    // the answer's way.
+    if let Some(parser) = &sh.parser {
+        let body = req.body.clone();
+        parser.send(move || drop((r, body)));
+    }
+    outcome
 }
 
 /// The answer to a batch that ran.
