@@ -26,6 +26,8 @@ die() {
   echo "loadcheck: $*" >&2
   exit 1
 }
+# shellcheck source=../../scripts/server-proc.sh
+source "$root/scripts/server-proc.sh"
 
 command -v wrk >/dev/null || die "wrk is not installed (apt-get install -y wrk)"
 command -v curl >/dev/null || die "curl is not installed (apt-get install -y curl)"
@@ -39,68 +41,14 @@ pid=$!
 
 cleanup() {
   local status=$?
-  kill -TERM "$pid" 2>/dev/null || true
-  # Give the server time to shut down gracefully, then stop it.
-  for _ in $(seq 1 100); do
-    kill -0 "$pid" 2>/dev/null || break
-    sleep 0.1
-  done
-  if kill -0 "$pid" 2>/dev/null; then
-    echo "loadcheck: the server did not stop on SIGTERM; killing $pid" >&2
-    kill -KILL "$pid" 2>/dev/null || true
-    status=1
-  fi
-  wait "$pid" 2>/dev/null || true
+  # A graceful shutdown first, then the server is stopped.
+  stop_server 10 || status=1
   rm -rf "$work"
   exit "$status"
 }
 trap cleanup EXIT
 
-server_failed() {
-  die "the server (pid $pid) $1; its output: $(cat "$work/out" "$work/err" 2>/dev/null)"
-}
-
-# The server prints its URL once it has loaded its rows and bound its port.
-url=
-for _ in $(seq 1 600); do
-  kill -0 "$pid" 2>/dev/null || server_failed "exited before serving"
-  # A whole line: the URL may be in the middle of being written.
-  if [[ $(wc -l <"$work/out") -ge 1 ]]; then
-    url=$(head -n1 "$work/out")
-    break
-  fi
-  sleep 0.05
-done
-[[ -n $url ]] || server_failed "printed no URL within 30 s"
-[[ $url =~ ^http://127\.0\.0\.1:([0-9]+)/root$ ]] || server_failed "printed an unexpected URL: $url"
-port=${BASH_REMATCH[1]}
-base="http://127.0.0.1:$port"
-
-# Whether our server is alive and is the process listening on the port: the
-# inode of the listening socket in /proc/net/tcp must be one of its open files.
-check_server() {
-  kill -0 "$pid" 2>/dev/null || server_failed "is not running ($1)"
-  local hex inodes fd
-  hex=$(printf '%04X' "$port")
-  inodes=$(awk -v p=":$hex" '$4 == "0A" && substr($2, length($2) - 4) == p { print $10 }' \
-    /proc/net/tcp /proc/net/tcp6)
-  [[ -n $inodes ]] || die "nothing listens on port $port ($1)"
-  for fd in /proc/"$pid"/fd/*; do
-    local link
-    link=$(readlink "$fd" 2>/dev/null) || continue
-    for inode in $inodes; do
-      [[ $link == "socket:[$inode]" ]] && return 0
-    done
-  done
-  die "port $port is held by another process, not the server (pid $pid) ($1)"
-}
-
-rss() {
-  local kb
-  kb=$(awk '/^VmRSS/ { print $2 }' "/proc/$pid/status" 2>/dev/null) || server_failed "has no memory figures"
-  [[ -n $kb ]] || server_failed "has no memory figures"
-  echo "$kb kB"
-}
+wait_for_url
 
 # Runs wrk, shows its report, and fails on errors it only reports.
 run_wrk() {
@@ -119,8 +67,8 @@ echo "execution: $exec_mode, rows: $rows, connections: $conns, duration: ${secs}
 # Warm up for 2 seconds, so that "before" is the steady state.
 run_wrk -d2s
 check_server "after the warm-up"
-echo "RSS before: $(rss)"
+echo "RSS before: $(rss_kb) kB"
 run_wrk -d"${secs}s" --latency
 cat "$work/wrk"
 check_server "after the run"
-echo "RSS after: $(rss)"
+echo "RSS after: $(rss_kb) kB"

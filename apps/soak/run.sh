@@ -39,6 +39,8 @@ die() {
   echo "soak: $*" >&2
   exit 1
 }
+# shellcheck source=../../scripts/server-proc.sh
+source "$root/scripts/server-proc.sh"
 
 if ! command -v wrk >/dev/null; then
   apt-get update && apt-get install -y wrk || die "could not install wrk"
@@ -52,71 +54,16 @@ db="$work/soak.db"
 "$bin" serve "$db" "127.0.0.1:$port" "$seed" </dev/null >"$work/out" 2>"$work/err" &
 pid=$!
 
-stop_server() {
-  kill -TERM "$pid" 2>/dev/null || true
-  for _ in $(seq 1 150); do
-    kill -0 "$pid" 2>/dev/null || break
-    sleep 0.1
-  done
-  if kill -0 "$pid" 2>/dev/null; then
-    echo "soak: the server did not stop on SIGTERM within 15 s; killing $pid" >&2
-    kill -KILL "$pid" 2>/dev/null || true
-    wait "$pid" 2>/dev/null || true
-    return 1
-  fi
-  wait "$pid"
-}
-
 cleanup() {
   local status=$?
   [[ -n ${abuse_pid:-} ]] && kill "$abuse_pid" 2>/dev/null
-  if kill -0 "$pid" 2>/dev/null; then stop_server || status=1; fi
+  if kill -0 "$pid" 2>/dev/null; then stop_server 15 || status=1; fi
   rm -rf "$work"
   exit "$status"
 }
 trap cleanup EXIT
 
-server_failed() {
-  die "the server (pid $pid) $1; its output: $(cat "$work/out" "$work/err" 2>/dev/null)"
-}
-
-url=
-for _ in $(seq 1 600); do
-  kill -0 "$pid" 2>/dev/null || server_failed "exited before serving"
-  if [[ $(wc -l <"$work/out") -ge 1 ]]; then
-    url=$(head -n1 "$work/out")
-    break
-  fi
-  sleep 0.05
-done
-[[ $url =~ ^http://127\.0\.0\.1:([0-9]+)/root$ ]] || server_failed "printed no URL or an unexpected one: $url"
-port=${BASH_REMATCH[1]}
-base="http://127.0.0.1:$port"
-
-# Whether our server is alive and is the process listening on the port: the
-# inode of the listening socket in /proc/net/tcp must be one of its open files.
-check_server() {
-  kill -0 "$pid" 2>/dev/null || server_failed "is not running ($1)"
-  local hex inodes fd link
-  hex=$(printf '%04X' "$port")
-  inodes=$(awk -v p=":$hex" '$4 == "0A" && substr($2, length($2) - 4) == p { print $10 }' \
-    /proc/net/tcp /proc/net/tcp6)
-  [[ -n $inodes ]] || die "nothing listens on port $port ($1)"
-  for fd in /proc/"$pid"/fd/*; do
-    link=$(readlink "$fd" 2>/dev/null) || continue
-    for inode in $inodes; do
-      [[ $link == "socket:[$inode]" ]] && return 0
-    done
-  done
-  die "port $port is held by another process, not the server (pid $pid) ($1)"
-}
-
-rss_kb() {
-  local kb
-  kb=$(awk '/^VmRSS/ { print $2 }' "/proc/$pid/status" 2>/dev/null) || server_failed "has no memory figures"
-  [[ -n $kb ]] || server_failed "has no memory figures"
-  echo "$kb"
-}
+wait_for_url
 
 # Waits until the server has closed every connection from 127.0.0.1 (wrk's
 # address): a new wrk run opening its 256 connections while the server has
@@ -200,7 +147,7 @@ echo "adds answered 201 to wrk: $adds; rows added: $added (at most $max_added: o
 ((added >= adds && added <= max_added)) || fail "rows added ($added) disagree with the adds wrk saw answered ($adds)"
 
 # A graceful shutdown, then the file itself.
-stop_server || fail "the server did not shut down gracefully"
+stop_server 15 || fail "the server did not shut down gracefully"
 file=$("$bin" check "$db" "$seed" 2>&1) || fail "file check: $file"
 echo "file check: $file"
 [[ "${live%% server_count=*}" == "${file%% integrity=*}" ]] ||
