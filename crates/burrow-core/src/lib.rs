@@ -53,7 +53,7 @@ pub use value::{Params, Value, ValueRef};
 pub mod driver {
     pub use crate::batch::field_subset;
     pub use crate::cache::{CacheScope, TxWrites};
-    pub use crate::nowait::{refuse, waits_refused, without_waiting};
+    pub use crate::nowait::{refuse, taken_now, waits_refused, without_waiting};
     pub use crate::storage::{apply_each, apply_one};
     pub use crate::transaction::{engine_order, next_tx_token, run_batch, same_engine};
 }

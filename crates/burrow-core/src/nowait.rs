@@ -70,6 +70,17 @@ pub fn refuse(engine: &'static str) -> Error {
     }
 }
 
+/// The guard of a lock taken without waiting (`try_lock`, `try_read`,
+/// `try_write`), or [`refuse`] if it was held. A poisoned lock is taken:
+/// engines keep their state consistent across a panic on their own.
+pub fn taken_now<G>(got: std::sync::TryLockResult<G>, engine: &'static str) -> Result<G, Error> {
+    match got {
+        Ok(g) => Ok(g),
+        Err(std::sync::TryLockError::Poisoned(p)) => Ok(p.into_inner()),
+        Err(std::sync::TryLockError::WouldBlock) => Err(refuse(engine)),
+    }
+}
+
 #[cfg(test)]
 mod test {
     use super::*;

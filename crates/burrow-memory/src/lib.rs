@@ -119,8 +119,7 @@ use std::path::Path;
 use std::ptr;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{
-    Arc, Condvar, Mutex, PoisonError, RwLock, RwLockReadGuard, RwLockWriteGuard, TryLockError,
-    TryLockResult,
+    Arc, Condvar, Mutex, PoisonError, RwLock, RwLockReadGuard, RwLockWriteGuard, TryLockResult,
 };
 use std::time::Instant;
 
@@ -520,25 +519,21 @@ impl Drop for MemoryTx {
     }
 }
 
-/// A table as the record declares it, taking over the rows of `ft` (the same
-/// table read from the file), converted if the fields changed. A field whose
-/// stored kind cannot be read as the declared one without loss is
-/// [`Error::Schema`]. On an error, `ft` is left as it was.
 /// The lock `got` tried to take, for a call of the engine's own that must
 /// not wait (see [`burrow_core::driver::without_waiting`]): refused if it
 /// was held, or if a transaction is open.
 fn lock_now<G: Deref<Target = State>>(got: TryLockResult<G>) -> Result<G> {
-    let g = match got {
-        Ok(g) => g,
-        Err(TryLockError::Poisoned(p)) => p.into_inner(),
-        Err(TryLockError::WouldBlock) => return Err(burrow_core::driver::refuse(ENGINE)),
-    };
+    let g = burrow_core::driver::taken_now(got, ENGINE)?;
     if g.owner.is_some() {
         return Err(burrow_core::driver::refuse(ENGINE));
     }
     Ok(g)
 }
 
+/// A table as the record declares it, taking over the rows of `ft` (the same
+/// table read from the file), converted if the fields changed. A field whose
+/// stored kind cannot be read as the declared one without loss is
+/// [`Error::Schema`]. On an error, `ft` is left as it was.
 fn adopt(table: &'static Table, ft: &mut FileTable) -> Result<(TableData, bool)> {
     let fl = &ft.layout;
     let mut src: Vec<Option<usize>> = table

@@ -69,7 +69,7 @@ pub mod schema;
 pub mod statements;
 mod vtab;
 
-use std::sync::{Arc, Condvar, Mutex, MutexGuard, PoisonError, TryLockError};
+use std::sync::{Arc, Condvar, Mutex, MutexGuard, PoisonError};
 
 use burrow_core::chrono::{DateTime, Utc};
 use burrow_core::datetime::{write_date, write_datetime, DATETIME_BUF};
@@ -302,11 +302,7 @@ impl SqliteEngine {
         if self.turn.wanted() {
             return Err(burrow_core::driver::refuse(ENGINE));
         }
-        let g = match self.inner.try_lock() {
-            Ok(g) => g,
-            Err(TryLockError::Poisoned(p)) => p.into_inner(),
-            Err(TryLockError::WouldBlock) => return Err(burrow_core::driver::refuse(ENGINE)),
-        };
+        let g = burrow_core::driver::taken_now(self.inner.try_lock(), ENGINE)?;
         if g.owner.is_some() {
             return Err(burrow_core::driver::refuse(ENGINE));
         }

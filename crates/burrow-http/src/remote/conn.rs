@@ -198,24 +198,18 @@ pub(super) fn exchange(
                     c.buf.drain(..head);
                     continue;
                 }
-                if framing.chunked {
+                let body = if framing.chunked {
                     // A large answer (a long list) comes in pieces.
                     c.buf.drain(..head);
-                    let body = read_chunked(c).map_err(Retry::No)?;
-                    return Ok((
-                        Reply {
-                            status,
-                            body,
-                            location,
-                        },
-                        keep && c.buf.is_empty(),
-                    ));
-                }
-                while c.buf.len() < head + len {
-                    read_more(c).map_err(Retry::No)?;
-                }
-                let body = c.buf[head..head + len].to_vec();
-                c.buf.drain(..head + len);
+                    read_chunked(c).map_err(Retry::No)?
+                } else {
+                    while c.buf.len() < head + len {
+                        read_more(c).map_err(Retry::No)?;
+                    }
+                    let body = c.buf[head..head + len].to_vec();
+                    c.buf.drain(..head + len);
+                    body
+                };
                 return Ok((
                     Reply {
                         status,
