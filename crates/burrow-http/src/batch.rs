@@ -918,7 +918,7 @@ pub(crate) fn parse_and_run_in_parts<'a, 'e>(
 }
 
 /// Parts parsed and not yet applied, at most.
-const PARTS_AHEAD: usize = 4;
+const PARTS_AHEAD: usize = 16;
 
 /// How the parsing thread's work on a body ended.
 enum Driven {
@@ -945,7 +945,8 @@ fn drive(
     rows: (usize, usize),
     each: &mut dyn FnMut(Part<'static>, Settings) -> Option<Part<'static>>,
 ) -> Driven {
-    // The parser waits once it is this far ahead: parts then come back to
+    // The parser waits once it is this far ahead (memory for 16 parts, and
+    // no wait at all for bodies of up to about 10,000 rows): parts then come back to
     // be filled again, and a body's parse touches a few parts' memory
     // instead of fresh memory for all of them.
     let (tx, rx) = mpsc::sync_channel(PARTS_AHEAD);
