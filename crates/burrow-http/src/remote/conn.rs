@@ -8,6 +8,7 @@
 
 use std::io::{IoSlice, Read, Write};
 use std::net::TcpStream;
+use std::time::{Duration, Instant};
 
 use burrow_core::{Error, Result};
 
@@ -30,6 +31,17 @@ impl Stream {
             Stream::Plain(s) => s,
             #[cfg(feature = "tls")]
             Stream::Tls(s) => s.get_ref(),
+        }
+    }
+}
+
+impl Stream {
+    /// The socket, when nothing is layered over it.
+    fn plain(&mut self) -> Option<&mut TcpStream> {
+        match self {
+            Stream::Plain(s) => Some(s),
+            #[cfg(feature = "tls")]
+            Stream::Tls(_) => None,
         }
     }
 }
@@ -77,6 +89,7 @@ pub(super) struct Conn {
     /// Whether it already carried a request (a failure on a reused connection
     /// before any answer may be retried once on a new one).
     pub(super) reused: bool,
+    pub(super) spin: Spin,
 }
 
 impl Conn {
@@ -221,7 +234,8 @@ pub(super) fn exchange(
             }
             Ok(httparse::Status::Partial) => {
                 let first = c.buf.is_empty();
-                match read_more(c) {
+                let read = if first { read_first(c) } else { read_more(c) };
+                match read {
                     Ok(()) => {}
                     Err(e) if first => return Err(Retry::Unanswered(e)),
                     Err(e) => return Err(Retry::No(e)),
@@ -276,11 +290,115 @@ fn read_chunked(c: &mut Conn) -> Result<Vec<u8>> {
     }
 }
 
+/// Reads the start of an answer. On a plain socket, with a spin budget,
+/// it first polls the socket for up to that long: an answer that comes
+/// within it is read without the thread sleeping and being woken again,
+/// which on loopback is most of a small call's round trip. A connection
+/// whose answers keep coming later than that (slow queries, a far server)
+/// stops polling, and tries again once in a while.
+fn read_first(c: &mut Conn) -> Result<()> {
+    if c.spin.try_now() {
+        if let Some(tcp) = c.stream.plain() {
+            let mut chunk = [0u8; 16 * 1024];
+            let got = poll_read(tcp, &mut chunk, c.spin.budget)?;
+            c.spin.seen(got.is_some());
+            match got {
+                Some(0) => return Err(closed()),
+                Some(n) => {
+                    c.buf.extend_from_slice(&chunk[..n]);
+                    return Ok(());
+                }
+                None => {}
+            }
+        }
+    }
+    read_more(c)
+}
+
+/// Reads from `tcp` without sleeping, for up to `budget`; `None` when
+/// nothing came in that time.
+fn poll_read(tcp: &mut TcpStream, buf: &mut [u8], budget: Duration) -> Result<Option<usize>> {
+    tcp.set_nonblocking(true)?;
+    let start = Instant::now();
+    let got = loop {
+        match tcp.read(buf) {
+            Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {
+                if start.elapsed() >= budget {
+                    break Ok(None);
+                }
+                // Yielding rather than spinning hands the core to any thread
+                // ready to run on it (the server's, on a busy machine):
+                // polling then costs a loaded machine almost nothing.
+                std::thread::yield_now();
+            }
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+            r => break r.map(Some),
+        }
+    };
+    tcp.set_nonblocking(false)?;
+    Ok(got?)
+}
+
+/// When a connection polls for an answer before sleeping; see
+/// [`RemoteBuilder::spin_wait`](super::RemoteBuilder::spin_wait).
+#[derive(Debug, Clone, Copy)]
+pub(super) struct Spin {
+    pub(super) budget: Duration,
+    /// Answers in a row that came later than the budget.
+    late: u32,
+    /// Calls since polling stopped.
+    skipped: u32,
+}
+
+/// Late answers in a row after which a connection stops polling.
+const LATE_ANSWERS: u32 = 8;
+/// While stopped, one call in this many polls again, to notice when
+/// answers come quickly again.
+const PROBE_EVERY: u32 = 32;
+
+impl Spin {
+    pub(super) fn new(budget: Duration) -> Spin {
+        Spin {
+            budget,
+            late: 0,
+            skipped: 0,
+        }
+    }
+
+    fn try_now(&mut self) -> bool {
+        if self.budget.is_zero() {
+            return false;
+        }
+        if self.late < LATE_ANSWERS {
+            return true;
+        }
+        self.skipped += 1;
+        if self.skipped < PROBE_EVERY {
+            return false;
+        }
+        self.skipped = 0;
+        true
+    }
+
+    fn seen(&mut self, in_time: bool) {
+        self.late = if in_time {
+            0
+        } else {
+            self.late.saturating_add(1)
+        };
+    }
+}
+
+#[cold]
+fn closed() -> Error {
+    Error::engine(ENGINE, "the server closed the connection")
+}
+
 fn read_more(c: &mut Conn) -> Result<()> {
     let mut chunk = [0u8; 16 * 1024];
     let n = c.stream.read(&mut chunk)?;
     if n == 0 {
-        return Err(Error::engine(ENGINE, "the server closed the connection"));
+        return Err(closed());
     }
     c.buf.extend_from_slice(&chunk[..n]);
     Ok(())
@@ -288,9 +406,10 @@ fn read_more(c: &mut Conn) -> Result<()> {
 
 #[cfg(test)]
 mod test {
-    use super::{write_request, Body, Request, Stream};
+    use super::{write_request, Body, Request, Spin, Stream, LATE_ANSWERS, PROBE_EVERY};
     use std::io::Read;
     use std::net::{TcpListener, TcpStream};
+    use std::time::Duration;
 
     /// What `write_request` puts on the wire for a body made in `pieces`
     /// and announced as `len` bytes, and whether it succeeded.
@@ -326,5 +445,22 @@ mod test {
         // Shorter: an error, so that the connection is dropped rather than
         // left waiting for the rest.
         assert_eq!(streamed(5, &[b"ab"]), (false, b"HEAD|ab".to_vec()));
+    }
+
+    #[test]
+    fn polling_stops_after_late_answers_and_probes_now_and_then() {
+        let mut spin = Spin::new(Duration::from_micros(50));
+        for _ in 0..LATE_ANSWERS {
+            assert!(spin.try_now());
+            spin.seen(false);
+        }
+        let polled: Vec<bool> = (0..2 * PROBE_EVERY).map(|_| spin.try_now()).collect();
+        assert_eq!(polled.iter().filter(|p| **p).count(), 2);
+        assert!(polled[PROBE_EVERY as usize - 1]);
+        // An answer in time on a probe: polling is back for every call.
+        spin.seen(true);
+        assert!((0..PROBE_EVERY).all(|_| spin.try_now()));
+        // Zero never polls.
+        assert!(!Spin::new(Duration::ZERO).try_now());
     }
 }

@@ -9,7 +9,7 @@ use std::sync::PoisonError;
 
 use burrow_core::Result;
 
-use super::conn::{Conn, Request, Stream};
+use super::conn::{Conn, Request, Spin, Stream};
 use super::reply::Reply;
 use super::RemoteEngine;
 
@@ -32,6 +32,7 @@ impl RemoteEngine {
             stream,
             buf: Vec::with_capacity(8192),
             reused: false,
+            spin: Spin::new(self.spin_wait),
         })
     }
 
