@@ -148,6 +148,27 @@ impl Filter {
         })
     }
 
+    /// How deeply the text [`Filter::write_sql`] writes nests, counted as
+    /// [`Filter::parse`] counts it (each parenthesised group and each `NOT`
+    /// one level): a filter whose text is to be parsed again, as a remote
+    /// engine's server does, must stay within [`MAX_WHERE_DEPTH`]. Written
+    /// text can nest deeper than the clause it was parsed from (`NOT a = 1`
+    /// is written `NOT (a = ?)`). Walks the tree without recursing, so a
+    /// filter built by hand however deep gets an answer.
+    pub fn written_depth(&self) -> usize {
+        let mut deepest = 0;
+        let mut todo: Vec<(&Expr, usize)> = self.expr.iter().map(|e| (e, 0)).collect();
+        while let Some((e, depth)) = todo.pop() {
+            deepest = deepest.max(depth);
+            match e {
+                Expr::And(v) | Expr::Or(v) => todo.extend(v.iter().map(|x| (x, depth + 1))),
+                Expr::Not(x) => todo.push((x, depth + 2)),
+                _ => {}
+            }
+        }
+        deepest
+    }
+
     /// Appends the SQL form of the expression to `out`, one placeholder per
     /// parameter (in [`Filter::params`] order), spelled as `style` says. Appends
     /// nothing when the filter matches every row. A closure

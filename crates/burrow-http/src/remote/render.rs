@@ -3,6 +3,7 @@
 //! (`:(…):`), rendered from the checked [`Filter`], so that the server
 //! parses and binds them again, never splices them.
 
+use burrow_core::filter::MAX_WHERE_DEPTH;
 use burrow_core::{Column, Error, Filter, Result, Select, Table, Value};
 
 use super::RemoteEngine;
@@ -42,6 +43,15 @@ fn inline_param(v: &Value, out: &mut String) -> Result<()> {
 
 /// The WHERE text of a filter with its parameters inline.
 pub(crate) fn render_filter(table: &Table, filter: &Filter) -> Result<String> {
+    // The server parses the text again and refuses it past this depth:
+    // refused here, with the same words, nothing is sent.
+    let depth = filter.written_depth();
+    if depth > MAX_WHERE_DEPTH {
+        return Err(Error::InvalidWhere(format!(
+            "parentheses and NOTs nest deeper than {MAX_WHERE_DEPTH} levels \
+             (written for the server, this filter nests {depth})"
+        )));
+    }
     let mut sql = String::new();
     filter.write_sql(&mut sql, &mut |c: Column, o: &mut String| {
         o.push_str(table.column_name(c))

@@ -293,3 +293,27 @@ fn a_server_keeps_a_table_on_another_server() -> TestResult {
     assert_eq!(db.count::<Secret>("Note LIKE ?", &params!["kept%"])?, 1);
     Ok(())
 }
+
+#[test]
+fn a_filter_nesting_past_the_servers_depth_is_refused_before_it_is_sent() -> TestResult {
+    let (server, _, _) = open_server();
+    let db = remote(&server);
+    for i in 0..3 {
+        db.add(&mut sample(i))?;
+    }
+    // Each NOT is one level as written, two once written for the server
+    // (`NOT (…)`): 30 travel (60 levels), 40 would reach 80.
+    let nots = |n: usize| format!("{}ID = 2", "NOT ".repeat(n));
+    let rows: Vec<Sample> = db.select(&Query::filter(nots(30), params![]))?;
+    assert_eq!(rows.iter().map(|r| r.id).collect::<Vec<_>>(), [2]);
+    let e = db
+        .select::<Sample>(&Query::filter(nots(40), params![]))
+        .unwrap_err();
+    assert_eq!(e.kind(), ErrorKind::BadInput, "{e}");
+    assert!(e.to_string().contains("nests 80"), "{e}");
+    let e = db.count::<Sample>(&nots(40), &[]).unwrap_err();
+    assert_eq!(e.kind(), ErrorKind::BadInput, "{e}");
+    // The server saw none of them: the table is as it was.
+    assert_eq!(count(&db), 3);
+    Ok(())
+}
