@@ -71,8 +71,9 @@ impl RequestHead<'_> {
     }
 
     /// The percent-decoded value (`+` as a space) of the first query
-    /// parameter named `name`, compared ignoring ASCII case; `Some("")` for
-    /// a parameter without `=`.
+    /// parameter named `name`, compared decoded and ignoring ASCII case (so
+    /// `%77here=` is `where=`, as any other HTTP stack reads it); `Some("")`
+    /// for a parameter without `=`.
     pub fn param(&self, name: &str) -> Option<Cow<'_, str>> {
         let q = self.query();
         if q.is_empty() {
@@ -80,7 +81,8 @@ impl RequestHead<'_> {
         }
         q.split('&').find_map(|kv| {
             let (k, v) = kv.split_once('=').unwrap_or((kv, ""));
-            k.eq_ignore_ascii_case(name)
+            percent_decode(k, true)
+                .eq_ignore_ascii_case(name)
                 .then(|| percent_decode(v, true))
         })
     }
@@ -319,6 +321,11 @@ mod test {
         assert_eq!(h.param("name").as_deref(), Some("Jé D"));
         assert_eq!(h.param("FLAG").as_deref(), Some(""));
         assert_eq!(h.param("y"), None);
+        let h = head(b"GET /t?%77here=a&sel%65ct=b&dir+x=c HTTP/1.1\r\n\r\n");
+        assert_eq!(h.param("where").as_deref(), Some("a"));
+        assert_eq!(h.param("SELECT").as_deref(), Some("b"));
+        assert_eq!(h.param("dir x").as_deref(), Some("c"));
+        let h = head(raw);
         assert_eq!(h.header("authorization"), Some("Bearer t"));
         assert_eq!(h.header("x-empty"), Some(""));
         assert_eq!(h.headers().count(), 4);
