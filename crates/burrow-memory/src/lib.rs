@@ -59,6 +59,12 @@
 //! come in ID order unless ORDER BY says otherwise (any columns, NULLs first
 //! ascending); LIMIT/OFFSET, `count` and `select_value` follow SQLite.
 //!
+//! As a client's default engine it answers one-table SQL (`Orm::sql_list`):
+//! `SELECT * FROM T [WHERE …] [ORDER BY …] [LIMIT n [OFFSET m]]`, the WHERE
+//! parsed and evaluated as above, the rows read straight from the table, or
+//! from the engine a table was placed on. Joins, aggregates and column lists
+//! are [`burrow_core::Error::Unsupported`]: a SQLite default engine runs them.
+//!
 //! # Concurrency and transactions
 //!
 //! The tables sit behind one `RwLock`: reads run in parallel, each write (or a

@@ -218,3 +218,50 @@ impl RawRow for LiteRow<'_, '_> {
         burrow_sqlite::loaded(v, crate::ENGINE)
     }
 }
+
+#[cfg(test)]
+mod test {
+    use std::sync::Arc;
+
+    use burrow_core::{ErrorKind, Value};
+
+    use crate::SqlEngine;
+
+    #[test]
+    fn an_unknown_vfs_is_refused_by_name() {
+        let Err(e) = SqlEngine::connect("sqlite:///tmp/never-opened.db?vfs=unix-dotfile") else {
+            panic!("an unknown VFS was accepted");
+        };
+        assert_eq!(e.kind(), ErrorKind::BadInput);
+        assert!(e.to_string().contains("unix-excl"), "{e}");
+    }
+
+    #[test]
+    fn connections_of_one_process_share_a_unix_excl_file() -> burrow_core::Result<()> {
+        let dir = tempfile::tempdir()?;
+        let url = format!(
+            "sqlite://{}?journal_mode=wal&vfs=unix-excl",
+            dir.path().join("a.db").display()
+        );
+        let engine = Arc::new(SqlEngine::builder(&url).pool_size(2).open()?);
+        engine.execute("CREATE TABLE t (v INTEGER)", &[])?;
+        // The transaction holds one connection; the engine's read takes the
+        // other, and sees only what was committed.
+        let tx = engine.transaction()?;
+        tx.execute("INSERT INTO t VALUES (?)", &[Value::Int(7)])?;
+        let count = |e: &SqlEngine| -> burrow_core::Result<i64> {
+            let mut n = 0;
+            e.query("SELECT count(*) FROM t", &[], &mut |row| {
+                if let Value::Int(i) = row[0] {
+                    n = i;
+                }
+                Ok(())
+            })?;
+            Ok(n)
+        };
+        assert_eq!(count(&engine)?, 0);
+        tx.commit()?;
+        assert_eq!(count(&engine)?, 1);
+        Ok(())
+    }
+}
