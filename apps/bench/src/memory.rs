@@ -1,6 +1,8 @@
-//! The memory engine's rows: static (the ORM straight to the engine) and virtual
-//! (the table also registered in an in-memory SQLite database, so All Virtual
-//! reads go through SQL), and the persistence timing.
+//! The memory engine's rows: static (the ORM straight to the engine; its All
+//! Virtual is `SELECT * FROM Sample` answered by the memory engine's own
+//! one-table SQL, as mORMot2's static table answers it) and virtual (the table
+//! also registered in an in-memory SQLite database, so All Virtual reads go
+//! through SQLite's virtual table), and the persistence timing.
 
 use std::path::Path;
 use std::sync::Arc;
@@ -12,7 +14,7 @@ use burrow::sqlite::SqliteEngine;
 use burrow::{Batch, Database, Model, Orm, Record};
 
 use crate::sample::{make_all, Sample};
-use crate::targets::{EngineSpec, Mode, Native, OrmTarget, Stats, Target, UNCACHED_MODES};
+use crate::targets::{EngineSpec, Native, OrmTarget, Stats, Target, UNCACHED_MODES};
 
 fn err(e: impl std::fmt::Display) -> String {
     e.to_string()
@@ -58,15 +60,6 @@ impl Native for MemoryNative {
     }
 }
 
-const STATIC_MODES: [Mode; 6] = [
-    Mode::Direct,
-    Mode::Batch,
-    Mode::Trans,
-    Mode::BatchTrans,
-    Mode::ByOne,
-    Mode::AllDirect,
-];
-
 /// `memory-static` and `memory-virtual`.
 pub fn memory_engines() -> Vec<EngineSpec> {
     vec![
@@ -75,7 +68,7 @@ pub fn memory_engines() -> Vec<EngineSpec> {
             title: "In memory static",
             file: false,
             slow_direct: false,
-            modes: &STATIC_MODES,
+            modes: &UNCACHED_MODES,
             orm: Box::new(|_: Option<&Path>| {
                 let engine = Arc::new(MemoryEngine::new());
                 let client =

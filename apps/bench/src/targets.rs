@@ -215,25 +215,36 @@ const RAW_SELECT: &str =
 /// Rows per multi-row INSERT, as the ORM uses.
 const RAW_BULK: usize = 200;
 
-impl RawTarget {
-    pub fn open(path: Option<&Path>, sync: Synchronous, exclusive: bool) -> Result<Self, String> {
-        Self::open_keyed(path, sync, exclusive, false)
-    }
+/// How a raw connection opens its file, beyond its row's `synchronous` and
+/// locking mode: as the ORM side of the same row opens it.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct RawFile {
+    /// SQLite's VFS (`None`: its default).
+    pub vfs: Option<&'static str>,
+    /// A write-ahead log instead of the rollback journal.
+    pub wal: bool,
+    /// Keyed with the bench's passphrase, as the ORM's encrypted row is.
+    pub encrypted: bool,
+}
 
-    /// As `open`; `encrypted` keys the file with the bench's passphrase,
-    /// as the ORM's encrypted row does.
-    pub fn open_keyed(
+impl RawTarget {
+    /// A connection to a new database at `path` (`None`: in memory), opened
+    /// as `file` says, with the bench's table.
+    pub fn open_as(
         path: Option<&Path>,
         sync: Synchronous,
         exclusive: bool,
-        encrypted: bool,
+        file: RawFile,
     ) -> Result<Self, String> {
-        let conn = match path {
-            Some(p) => Connection::open(p),
-            None => Connection::open_in_memory(),
+        let conn = match (path, file.vfs) {
+            (Some(p), Some(vfs)) => {
+                Connection::open_with_flags_and_vfs(p, rusqlite::OpenFlags::default(), vfs)
+            }
+            (Some(p), None) => Connection::open(p),
+            (None, _) => Connection::open_in_memory(),
         }
         .map_err(err)?;
-        if encrypted {
+        if file.encrypted {
             // A constant of this program, not user input: spliced safely.
             conn.execute_batch(&format!("PRAGMA key = '{BENCH_PASSPHRASE}';"))
                 .map_err(err)?;
@@ -244,8 +255,13 @@ impl RawTarget {
             Synchronous::Off => "OFF",
         };
         let lock = if exclusive { "EXCLUSIVE" } else { "NORMAL" };
+        let journal = if file.wal {
+            "PRAGMA journal_mode=WAL;"
+        } else {
+            ""
+        };
         conn.execute_batch(&format!(
-            "PRAGMA synchronous={sync}; PRAGMA locking_mode={lock}; {RAW_DDL}"
+            "PRAGMA synchronous={sync}; PRAGMA locking_mode={lock}; {journal} {RAW_DDL}"
         ))
         .map_err(err)?;
         Ok(RawTarget { conn })
@@ -498,10 +514,15 @@ pub fn sqlite_engines() -> Vec<EngineSpec> {
                 }) as Box<dyn Target>)
             }),
             raw: Some(Box::new(move |path: Option<&Path>| {
-                Ok(
-                    Box::new(RawTarget::open_keyed(path, sync, exclusive, encrypted)?)
-                        as Box<dyn Target>,
-                )
+                Ok(Box::new(RawTarget::open_as(
+                    path,
+                    sync,
+                    exclusive,
+                    RawFile {
+                        encrypted,
+                        ..RawFile::default()
+                    },
+                )?) as Box<dyn Target>)
             })),
         })
         .collect()

@@ -59,6 +59,12 @@
 //! come in ID order unless ORDER BY says otherwise (any columns, NULLs first
 //! ascending); LIMIT/OFFSET, `count` and `select_value` follow SQLite.
 //!
+//! As a client's default engine it answers one-table SQL (`Orm::sql_list`):
+//! `SELECT * FROM T [WHERE …] [ORDER BY …] [LIMIT n [OFFSET m]]`, the WHERE
+//! parsed and evaluated as above, the rows read straight from the table, or
+//! from the engine a table was placed on. Joins, aggregates and column lists
+//! are [`burrow_core::Error::Unsupported`]: a SQLite default engine runs them.
+//!
 //! # Concurrency and transactions
 //!
 //! The tables sit behind one `RwLock`: reads run in parallel, each write (or a
@@ -112,6 +118,7 @@ mod layout;
 mod options;
 mod persist;
 mod query;
+mod sql;
 mod table;
 
 use std::ops::Deref;
@@ -127,7 +134,7 @@ use burrow_core::driver::{apply_each, next_tx_token};
 use burrow_core::eval::column;
 use burrow_core::{
     BatchItem, BatchOp, BatchResult, Caps, Column, EngineTx, Error, Fields, Filter, Result, Row,
-    RowOps, Select, Storage, Table, Value,
+    RowOps, Select, SqlHost, Storage, Table, Value,
 };
 
 pub use options::{FileFormat, MemoryOptions};
@@ -155,6 +162,8 @@ pub struct MemoryEngine {
     /// writes do not overlap. Never held while taking `state`.
     saved: Mutex<u64>,
     options: MemoryOptions,
+    /// Tables of other engines its one-table SQL reads ([`SqlHost::expose`]).
+    exposed: Mutex<Vec<(&'static Table, Arc<dyn Storage>)>>,
 }
 
 enum Undo {
@@ -256,6 +265,7 @@ impl MemoryEngine {
             tx_ended: Condvar::new(),
             saved: Mutex::new(0),
             options,
+            exposed: Mutex::new(Vec::new()),
         }
     }
 
@@ -966,6 +976,11 @@ burrow_core::forward_row_ops!(MemoryTx, |t| At {
 impl Storage for MemoryEngine {
     fn caps(&self) -> Caps {
         Caps::in_process(ENGINE)
+    }
+
+    // One-table SQL, answered by the engine's own select (`sql`).
+    fn sql_host(&self) -> Option<&dyn SqlHost> {
+        Some(self)
     }
 
     // Rows hold typed values, and filters compare them.

@@ -592,3 +592,32 @@ fn id_bounds_select_the_rows_past_them_either_way() {
         live(46..=50).into_iter().rev().collect::<Vec<_>>()
     );
 }
+
+#[test]
+fn one_table_sql_reads_the_engine_holding_the_table() -> burrow_core::Result<()> {
+    // The memory engine as the default engine, Person placed on another one:
+    // its SQL reaches the table where it lives.
+    let main = Arc::new(MemoryEngine::new());
+    let other = Arc::new(MemoryEngine::new());
+    let client = Database::builder(model())
+        .default_engine(main)
+        .place::<Person>(other.clone())
+        .open()?;
+    let mut rng = Rng::new(3);
+    for i in 0..20 {
+        client.add(&mut person(i, &mut rng))?;
+    }
+    let got: Vec<Person> = client.sql_list(
+        "SELECT * FROM Person WHERE ID > ? ORDER BY ID DESC LIMIT 3",
+        &[Value::Int(5)],
+    )?;
+    assert_eq!(
+        got.iter().map(|p| p.id).collect::<Vec<_>>(),
+        vec![20, 19, 18]
+    );
+    let e = client
+        .sql_list::<Person>("SELECT count(*) FROM Person", &[])
+        .unwrap_err();
+    assert!(matches!(e, Error::Unsupported(_)), "{e}");
+    Ok(())
+}

@@ -66,7 +66,7 @@ impl SqlOptions {
 /// |---|---|
 /// | `postgres://user:pass@host:5432/db` (or `postgresql://`) | PostgreSQL; the query string takes `tokio-postgres` options (`application_name=…`) and libpq's `sslmode` and `sslrootcert` (TLS needs the `tls` feature) |
 /// | `mysql://user:pass@host:3306/db` (or `mariadb://`) | MySQL or MariaDB |
-/// | `sqlite://path/to/file.db`, `sqlite::memory:` | SQLite; `?synchronous=off&locking_mode=exclusive&journal_mode=wal` set those pragmas |
+/// | `sqlite://path/to/file.db`, `sqlite::memory:` | SQLite; `?synchronous=off&locking_mode=exclusive&journal_mode=wal` set those pragmas, `vfs=unix-excl` locks the file against other processes (`docs/external.md` has what each risks) |
 #[derive(Debug, Clone)]
 #[must_use = "call open() to connect"]
 pub struct SqlEngineBuilder {
