@@ -81,6 +81,8 @@ use burrow_core::{
 use rusqlite::types::{ToSqlOutput, ValueRef as SqlValue};
 use rusqlite::{Connection, Statement};
 
+#[cfg(feature = "encryption")]
+pub use backup::verify_encrypted_backup;
 pub use backup::{verify_backup, BackupOptions, BackupProgress, BackupSummary};
 #[cfg(feature = "encryption")]
 pub use crypt::Key;
