@@ -2,7 +2,9 @@
 //! and without a concurrent writer, and the writer's throughput during the
 //! backup against without.
 //!
-//! `cargo run --release -p burrow-sqlite --example backup_speed [rows] [pages_per_step]`
+//! `cargo run --release -p burrow-sqlite --example backup_speed [rows] [pages_per_step] [full|off|both] [rounds]`
+//! (both synchronous modes by default; 3 rounds, each the writer alone then
+//! during backups, medians printed)
 
 #![allow(missing_docs)]
 
@@ -89,17 +91,28 @@ fn main() -> burrow_core::Result<()> {
         .and_then(|a| a.parse().ok())
         .unwrap_or(1_000_000);
     let pages: u32 = args.next().and_then(|a| a.parse().ok()).unwrap_or(1024);
+    let modes = match args.next().as_deref() {
+        Some("full") => vec![Synchronous::Full],
+        Some("off") => vec![Synchronous::Off],
+        _ => vec![Synchronous::Full, Synchronous::Off],
+    };
+    let rounds: usize = args.next().and_then(|a| a.parse().ok()).unwrap_or(3).max(1);
     println!(
-        "SQLite {}, {rows} rows, {pages} pages per step; each figure is the mean over >= 2 s of repeated backups",
+        "SQLite {}, {rows} rows, {pages} pages per step; each time the mean over >= 2 s of repeated backups, {rounds} rounds with a writer",
         SqliteEngine::sqlite_version()
     );
-    for sync in [Synchronous::Full, Synchronous::Off] {
-        run(rows, pages, sync)?;
+    for sync in modes {
+        run(rows, pages, sync, rounds)?;
     }
     Ok(())
 }
 
-fn run(rows: i64, pages: u32, sync: Synchronous) -> burrow_core::Result<()> {
+fn median(v: &mut [f64]) -> f64 {
+    v.sort_by(f64::total_cmp);
+    v[v.len() / 2]
+}
+
+fn run(rows: i64, pages: u32, sync: Synchronous, rounds: usize) -> burrow_core::Result<()> {
     let dir = std::env::temp_dir().join(format!("burrow-backup-speed-{}", std::process::id()));
     std::fs::create_dir_all(&dir)?;
     let db_path = dir.join("live.db");
@@ -123,51 +136,62 @@ fn run(rows: i64, pages: u32, sync: Synchronous) -> burrow_core::Result<()> {
         t.elapsed().as_secs_f64(),
         db_size as f64 / 1e6
     );
-    // The writer alone, as the baseline, over a span like the backups'. A
-    // synced writer's pace depends on what the disk still flushes (the fill,
-    // the backups): measured before and after them, the mean is the baseline.
+    // A synced writer's pace alone swings widely with what the disk still
+    // flushes (600 to 1,000 commits/s within a minute here), so each span
+    // with a backup is paired with a span of the writer alone just before
+    // it; the figures are medians over `rounds` such pairs.
     let alone_rate = || with_writer(&db, || std::thread::sleep(Duration::from_secs(2))).1;
-    let before = alone_rate();
-    let mut lines = Vec::new();
-    let mut measured = Vec::new();
+    println!(
+        "{:<6} {:<8} {:>8} {:>10} {:>12} {:>7} {:>12} {:>12} {:>8}",
+        "form", "writer", "time s", "size MB", "rows/s", "steps", "alone c/s", "during c/s", "kept"
+    );
     for gzip in [None, Some(1)] {
         let target = dir.join(if gzip.is_some() { "b.db.gz" } else { "b.db" });
         let options = BackupOptions::new().pages_per_step(pages).gzip(gzip);
         for writer in [false, true] {
-            let (r, rate) = if writer {
-                let (r, rate) = with_writer(&db, || timed(&engine, &target, &options));
-                (r, Some(rate))
-            } else {
-                (timed(&engine, &target, &options), None)
+            let (mut secs, mut alone, mut during, mut kept) = (vec![], vec![], vec![], vec![]);
+            let mut summary = None;
+            for _ in 0..if writer { rounds } else { 1 } {
+                let r = if writer {
+                    let a = alone_rate();
+                    let (r, rate) = with_writer(&db, || timed(&engine, &target, &options));
+                    alone.push(a);
+                    during.push(rate);
+                    kept.push(rate / a);
+                    r
+                } else {
+                    timed(&engine, &target, &options)
+                };
+                let (s, t) = r?;
+                secs.push(t);
+                summary = Some(s);
+            }
+            let summary = summary.expect("one round at least");
+            let secs = median(&mut secs);
+            let cell = |v: &mut Vec<f64>, f: &dyn Fn(f64) -> String| {
+                if v.is_empty() {
+                    "-".to_string()
+                } else {
+                    f(median(v))
+                }
             };
-            let (summary, secs) = r?;
-            measured.push((gzip.is_some(), writer, secs, summary, rate));
+            println!(
+                "{:<6} {:<8} {:>8.3} {:>10.1} {:>12.0} {:>7} {:>12} {:>12} {:>8}",
+                if gzip.is_some() { "gzip" } else { "plain" },
+                if writer { "yes" } else { "no" },
+                secs,
+                summary.bytes as f64 / 1e6,
+                rows as f64 / secs,
+                summary.steps,
+                cell(&mut alone, &|r| format!("{r:.0}")),
+                cell(&mut during, &|r| format!("{r:.0}")),
+                cell(&mut kept, &|r| format!("{:.0}%", 100.0 * r)),
+            );
+            if writer {
+                let each: Vec<String> = kept.iter().map(|k| format!("{:.0}%", 100.0 * k)).collect();
+                println!("       (kept in each round: {})", each.join(" "));
+            }
         }
-    }
-    let after = alone_rate();
-    let alone = (before + after) / 2.0;
-    println!(
-        "writer alone (one add per commit): {before:.0} commits/s before the backups, {after:.0} after"
-    );
-    println!(
-        "{:<6} {:<8} {:>8} {:>10} {:>12} {:>7} {:>16} {:>8}",
-        "form", "writer", "time s", "size MB", "rows/s", "steps", "writer commits/s", "kept"
-    );
-    for (gzip, writer, secs, summary, rate) in measured {
-        lines.push(format!(
-            "{:<6} {:<8} {:>8.3} {:>10.1} {:>12.0} {:>7} {:>16} {:>8}",
-            if gzip { "gzip" } else { "plain" },
-            if writer { "yes" } else { "no" },
-            secs,
-            summary.bytes as f64 / 1e6,
-            rows as f64 / secs,
-            summary.steps,
-            rate.map_or("-".into(), |r: f64| format!("{r:.0}")),
-            rate.map_or("-".into(), |r| format!("{:.0}%", 100.0 * r / alone)),
-        ));
-    }
-    for l in lines {
-        println!("{l}");
     }
     drop(db);
     drop(engine);
