@@ -85,7 +85,7 @@ use rusqlite::{Connection, Statement};
 pub use backup::verify_encrypted_backup;
 pub use backup::{verify_backup, BackupOptions, BackupProgress, BackupSummary};
 #[cfg(feature = "encryption")]
-pub use crypt::Key;
+pub use crypt::{Key, PageHmac};
 pub use hot::{widen_lookaside, KeptConnection, KeptStatement};
 pub use options::{LockingMode, SqliteOptions, Synchronous};
 pub use rusqlite;

@@ -390,4 +390,50 @@ mod encrypted {
         }
         Ok(())
     }
+
+    #[test]
+    fn a_sha256_page_hmac_is_part_of_the_key() -> Res<()> {
+        use burrow_sqlite::PageHmac;
+        let dir = tempfile::tempdir()?;
+        let path = dir.path().join("h.db");
+        let key = Key::raw([4; 32]).page_hmac(PageHmac::Sha256);
+        write_marker(SqliteOptions::file(&path).key(key.clone()))?;
+        assert!(!contains(&path, MARKER.as_bytes())?);
+        assert_eq!(
+            read_marker(SqliteOptions::file(&path).key(key.clone()))?,
+            MARKER
+        );
+        // The same secret with SQLCipher's default HMAC reads no page.
+        refused(
+            SqliteOptions::file(&path).raw_key([4; 32]),
+            &path,
+            "wrong key",
+        )?;
+        // Backups and restores carry it with the key.
+        let copy = dir.path().join("h.backup.gz");
+        let engine = SqliteEngine::open(SqliteOptions::file(&path).key(key.clone()))?;
+        engine.backup_gz(&copy)?;
+        burrow_sqlite::verify_encrypted_backup(&copy, &key)?;
+        assert!(burrow_sqlite::verify_encrypted_backup(&copy, &Key::raw([4; 32])).is_err());
+        engine.restore(&copy)?;
+        // A rekey keeps the HMAC: a new key with another is refused.
+        let err = engine.rekey(Key::raw([8; 32])).err().ok_or("rekeyed")?;
+        assert!(err.to_string().contains("HMAC"), "{err}");
+        let new = Key::raw([8; 32]).page_hmac(PageHmac::Sha256);
+        engine.rekey(new.clone())?;
+        drop(engine);
+        assert_eq!(read_marker(SqliteOptions::file(&path).key(new))?, MARKER);
+        // A plain file encrypted in place with it.
+        let plain = dir.path().join("p.db");
+        write_marker(SqliteOptions::file(&plain))?;
+        SqliteEngine::encrypt_file(&plain, &key)?;
+        assert!(!contains(&plain, MARKER.as_bytes())?);
+        assert_eq!(read_marker(SqliteOptions::file(&plain).key(key))?, MARKER);
+        refused(
+            SqliteOptions::file(&plain).raw_key([4; 32]),
+            &plain,
+            "wrong key",
+        )?;
+        Ok(())
+    }
 }
