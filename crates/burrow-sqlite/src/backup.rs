@@ -576,8 +576,8 @@ fn check_sqlite(backup: &Path, file: &Path, key: Option<&Key>) -> Result<()> {
         (false, false) => {
             return Err(refused(
                 backup,
-                "not a plain SQLite database or gzip file: an encrypted backup is restored \
-                 with its key (burrow-sqlite's `encryption` feature), else it is no backup"
+                "not a SQLite database or gzip file as is: an encrypted backup is restored \
+                 with its key (burrow-sqlite's `encryption` feature)"
                     .into(),
             ))
         }
