@@ -2,7 +2,9 @@
 //! and without a concurrent writer, and the writer's throughput during the
 //! backup against without.
 //!
-//! `cargo run --release -p burrow-sqlite --example backup_speed [rows] [pages_per_step]`
+//! `cargo run --release -p burrow-sqlite --example backup_speed [rows] [pages_per_step] [full|off|both] [cycles]`
+//! (both synchronous modes by default; 10 backups with a writer, each beside
+//! a span as long without a backup)
 
 #![allow(missing_docs)]
 
@@ -38,30 +40,46 @@ fn sample(i: i64) -> Sample {
     }
 }
 
-/// Runs a writer (one add per transaction, the benchmark's "Direct") while
-/// `during` runs, and returns its result with the writer's commits per second.
-fn with_writer<R>(db: &Arc<Database>, during: impl FnOnce() -> R) -> (R, f64) {
-    let stop = Arc::new(AtomicBool::new(false));
-    let commits = Arc::new(AtomicU64::new(0));
-    let writer = {
-        let (db, stop, commits) = (db.clone(), stop.clone(), commits.clone());
-        std::thread::spawn(move || {
-            let mut i = 0;
-            while !stop.load(Ordering::Relaxed) {
-                i += 1;
-                db.add(&mut sample(i)).expect("the writer's add");
-                commits.fetch_add(1, Ordering::Relaxed);
-            }
-        })
-    };
-    // Let the writer reach its pace before the measured span.
-    std::thread::sleep(Duration::from_millis(100));
-    let (c0, t0) = (commits.load(Ordering::Relaxed), Instant::now());
-    let r = during();
-    let rate = (commits.load(Ordering::Relaxed) - c0) as f64 / t0.elapsed().as_secs_f64();
-    stop.store(true, Ordering::Relaxed);
-    writer.join().expect("writer panicked");
-    (r, rate)
+/// A writer making one add per transaction (the benchmark's "Direct") on
+/// its own thread, until stopped; `commits` counts them.
+struct Writer {
+    stop: Arc<AtomicBool>,
+    commits: Arc<AtomicU64>,
+    thread: std::thread::JoinHandle<()>,
+}
+
+impl Writer {
+    fn start(db: &Arc<Database>) -> Writer {
+        let stop = Arc::new(AtomicBool::new(false));
+        let commits = Arc::new(AtomicU64::new(0));
+        let thread = {
+            let (db, stop, commits) = (db.clone(), stop.clone(), commits.clone());
+            std::thread::spawn(move || {
+                let mut i = 0;
+                while !stop.load(Ordering::Relaxed) {
+                    i += 1;
+                    db.add(&mut sample(i)).expect("the writer's add");
+                    commits.fetch_add(1, Ordering::Relaxed);
+                }
+            })
+        };
+        // Let the writer reach its pace before anything is measured.
+        std::thread::sleep(Duration::from_millis(100));
+        Writer {
+            stop,
+            commits,
+            thread,
+        }
+    }
+
+    fn commits(&self) -> u64 {
+        self.commits.load(Ordering::Relaxed)
+    }
+
+    fn stop(self) {
+        self.stop.store(true, Ordering::Relaxed);
+        self.thread.join().expect("writer panicked");
+    }
 }
 
 /// Backs up `rounds` times (at least once, and until 2 s have passed when
@@ -89,17 +107,32 @@ fn main() -> burrow_core::Result<()> {
         .and_then(|a| a.parse().ok())
         .unwrap_or(1_000_000);
     let pages: u32 = args.next().and_then(|a| a.parse().ok()).unwrap_or(1024);
+    let modes = match args.next().as_deref() {
+        Some("full") => vec![Synchronous::Full],
+        Some("off") => vec![Synchronous::Off],
+        _ => vec![Synchronous::Full, Synchronous::Off],
+    };
+    let cycles: usize = args
+        .next()
+        .and_then(|a| a.parse().ok())
+        .unwrap_or(10)
+        .max(1);
     println!(
-        "SQLite {}, {rows} rows, {pages} pages per step; each figure is the mean over >= 2 s of repeated backups",
+        "SQLite {}, {rows} rows, {pages} pages per step; each time the mean over >= 2 s of repeated backups, {cycles} backups with a writer, each beside a span as long without",
         SqliteEngine::sqlite_version()
     );
-    for sync in [Synchronous::Full, Synchronous::Off] {
-        run(rows, pages, sync)?;
+    for sync in modes {
+        run(rows, pages, sync, cycles)?;
     }
     Ok(())
 }
 
-fn run(rows: i64, pages: u32, sync: Synchronous) -> burrow_core::Result<()> {
+fn median(v: &mut [f64]) -> f64 {
+    v.sort_by(f64::total_cmp);
+    v[v.len() / 2]
+}
+
+fn run(rows: i64, pages: u32, sync: Synchronous, cycles: usize) -> burrow_core::Result<()> {
     let dir = std::env::temp_dir().join(format!("burrow-backup-speed-{}", std::process::id()));
     std::fs::create_dir_all(&dir)?;
     let db_path = dir.join("live.db");
@@ -123,51 +156,73 @@ fn run(rows: i64, pages: u32, sync: Synchronous) -> burrow_core::Result<()> {
         t.elapsed().as_secs_f64(),
         db_size as f64 / 1e6
     );
-    // The writer alone, as the baseline, over a span like the backups'. A
-    // synced writer's pace depends on what the disk still flushes (the fill,
-    // the backups): measured before and after them, the mean is the baseline.
-    let alone_rate = || with_writer(&db, || std::thread::sleep(Duration::from_secs(2))).1;
-    let before = alone_rate();
-    let mut lines = Vec::new();
-    let mut measured = Vec::new();
+    // A synced writer's pace alone swings with what else the disk flushes
+    // (60 to 1,200 commits/s within a minute here, while another program
+    // built), so one writer runs throughout and spans of one backup alternate
+    // with spans as long without one, in alternating order: "kept" is its
+    // commits per second over all backup spans ÷ over all spans without.
+    println!(
+        "{:<6} {:<8} {:>8} {:>10} {:>12} {:>7} {:>12} {:>12} {:>8}",
+        "form", "writer", "time s", "size MB", "rows/s", "steps", "alone c/s", "during c/s", "kept"
+    );
+    let mut first_pages = None;
     for gzip in [None, Some(1)] {
         let target = dir.join(if gzip.is_some() { "b.db.gz" } else { "b.db" });
         let options = BackupOptions::new().pages_per_step(pages).gzip(gzip);
-        for writer in [false, true] {
-            let (r, rate) = if writer {
-                let (r, rate) = with_writer(&db, || timed(&engine, &target, &options));
-                (r, Some(rate))
-            } else {
-                (timed(&engine, &target, &options), None)
-            };
-            let (summary, secs) = r?;
-            measured.push((gzip.is_some(), writer, secs, summary, rate));
-        }
-    }
-    let after = alone_rate();
-    let alone = (before + after) / 2.0;
-    println!(
-        "writer alone (one add per commit): {before:.0} commits/s before the backups, {after:.0} after"
-    );
-    println!(
-        "{:<6} {:<8} {:>8} {:>10} {:>12} {:>7} {:>16} {:>8}",
-        "form", "writer", "time s", "size MB", "rows/s", "steps", "writer commits/s", "kept"
-    );
-    for (gzip, writer, secs, summary, rate) in measured {
-        lines.push(format!(
-            "{:<6} {:<8} {:>8.3} {:>10.1} {:>12.0} {:>7} {:>16} {:>8}",
-            if gzip { "gzip" } else { "plain" },
-            if writer { "yes" } else { "no" },
+        let (summary, secs) = timed(&engine, &target, &options)?;
+        let first_pages = *first_pages.get_or_insert(summary.pages);
+        let form = if gzip.is_some() { "gzip" } else { "plain" };
+        let line = |writer: &str, secs: f64, summary: &burrow_sqlite::BackupSummary, rest: &str| {
+            println!(
+                "{form:<6} {writer:<8} {secs:>8.3} {:>10.1} {:>12.0} {:>7} {rest}",
+                summary.bytes as f64 / 1e6,
+                // The writer adds rows between backups: rows now, estimated
+                // from the pages copied against the first backup's.
+                rows as f64 * summary.pages as f64 / first_pages as f64 / secs,
+                summary.steps,
+            )
+        };
+        line(
+            "no",
             secs,
-            summary.bytes as f64 / 1e6,
-            rows as f64 / secs,
-            summary.steps,
-            rate.map_or("-".into(), |r: f64| format!("{r:.0}")),
-            rate.map_or("-".into(), |r| format!("{:.0}%", 100.0 * r / alone)),
-        ));
-    }
-    for l in lines {
-        println!("{l}");
+            &summary,
+            &format!("{:>12} {:>12} {:>8}", "-", "-", "-"),
+        );
+        let writer = Writer::start(&db);
+        let (mut busy, mut idle) = ((0u64, 0.0f64), (0u64, 0.0f64));
+        let mut times = Vec::new();
+        let mut last = (summary, secs);
+        for cycle in 0..cycles {
+            for backing in if cycle % 2 == 0 {
+                [true, false]
+            } else {
+                [false, true]
+            } {
+                let (c0, t0) = (writer.commits(), Instant::now());
+                if backing {
+                    last.0 = engine.backup_with(&target, &options, |_| {})?;
+                    last.1 = t0.elapsed().as_secs_f64();
+                    times.push(last.1);
+                } else {
+                    std::thread::sleep(Duration::from_secs_f64(last.1));
+                }
+                let span = (writer.commits() - c0, t0.elapsed().as_secs_f64());
+                let sum = if backing { &mut busy } else { &mut idle };
+                sum.0 += span.0;
+                sum.1 += span.1;
+            }
+        }
+        writer.stop();
+        let (alone, during) = (idle.0 as f64 / idle.1, busy.0 as f64 / busy.1);
+        line(
+            "yes",
+            median(&mut times),
+            &last.0,
+            &format!(
+                "{alone:>12.0} {during:>12.0} {:>7.0}%",
+                100.0 * during / alone
+            ),
+        );
     }
     drop(db);
     drop(engine);

@@ -36,6 +36,13 @@ use rusqlite::Connection;
 
 use crate::{eng, schema, SqliteEngine, SqliteOptions};
 
+#[cfg(feature = "encryption")]
+use crate::Key;
+/// Without the `encryption` feature no key exists: `Option<&Key>` is always
+/// `None`, and the restore paths are the same code in both builds.
+#[cfg(not(feature = "encryption"))]
+enum Key {}
+
 /// How a backup is taken: [`SqliteEngine::backup_with`].
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct BackupOptions {
@@ -107,11 +114,11 @@ pub struct BackupSummary {
 impl SqliteEngine {
     /// Writes a consistent copy of the database to `path`, a plain SQLite
     /// file, while the engine keeps serving (see [`SqliteEngine::backup_with`]).
-    /// The copy of an encrypted database is encrypted under the same key: open
-    /// it as a database with that key (`SqliteOptions::key`, feature
-    /// `encryption`);
-    /// [`SqliteEngine::restore`], [`SqliteEngine::open_backup`] and
-    /// [`verify_backup`] read plain backups only.
+    /// The copy of an encrypted database is encrypted under the same key
+    /// (feature `encryption`): [`SqliteEngine::restore`] on the engine reads
+    /// it with the engine's key, [`SqliteEngine::open_backup`] with the key
+    /// of its options, `verify_encrypted_backup` with a key given; without
+    /// one it is refused as encrypted.
     pub fn backup(&self, path: impl AsRef<Path>) -> Result<BackupSummary> {
         self.backup_with(path, &BackupOptions::default(), |_| {})
     }
@@ -239,13 +246,18 @@ impl SqliteEngine {
                 }
                 StepResult::More => {
                     busy_since = None;
-                    // When others use the engine, they get it twice as long as
-                    // the step held it: the backup takes at most a third of a
-                    // busy engine's time (half kept a CPU-bound writer at 30 to
-                    // 40 % of its pace, a third at 60 to 70 %, the backup still
-                    // above 1 M rows/s). Idle, it goes on at once.
+                    // When others use the engine, they get it four times as
+                    // long as the step held it: the backup takes at most a
+                    // fifth of a busy engine's time. A writer loses what the
+                    // backup holds: a `synchronous=FULL` writer holds the lock
+                    // through its own syncs, so the backup's share is its loss
+                    // (with a third it kept 54 to 57 % plain, 39 to 61 % gzip;
+                    // with a fifth 57 to 70 % and 53 to 76 %, plain backups
+                    // still above 1.1 M rows/s; skipping the backup file's
+                    // final sync, or syncing it after each step, changed
+                    // nothing). Idle, it goes on at once.
                     let pause = if contended {
-                        options.pause.max(held * 2)
+                        options.pause.max(held * BUSY_PAUSE)
                     } else {
                         options.pause
                     };
@@ -303,9 +315,13 @@ impl SqliteEngine {
     /// replaces anything. Waits for an open transaction to end, as a call does.
     pub fn restore(&self, backup: impl AsRef<Path>) -> Result<()> {
         let backup = backup.as_ref();
+        #[cfg(feature = "encryption")]
+        let key = self.current_key();
+        #[cfg(not(feature = "encryption"))]
+        let key: Option<Key> = None;
         let tmp = Scratch(scratch_path(self.options.path.as_deref()));
-        unpack(backup, &tmp.0)?;
-        let src = Connection::open(&tmp.0).map_err(|e| refused(backup, e.to_string()))?;
+        unpack(backup, &tmp.0, key.as_ref())?;
+        let src = open_unpacked(backup, &tmp.0, key.as_ref())?;
         let mut g = self.lock(None)?;
         for t in &g.tables {
             schema::ensure(&src, t.table).map_err(|e| refused(backup, e.to_string()))?;
@@ -323,7 +339,9 @@ impl SqliteEngine {
 
     /// Opens an engine on the contents of `backup` (plain or gzip), checked
     /// whole first ([`verify_backup`]): a truncated or corrupted backup is an
-    /// [`Error::BadInput`] naming it, and nothing is written.
+    /// [`Error::BadInput`] naming it, and nothing is written. An encrypted
+    /// backup is read with the key of `options` (a file then, encrypted under
+    /// that key); without one, or with a key for a plain backup, it is refused.
     ///
     /// With a file in `options`, the checked copy replaces that file (created
     /// if missing; it must not be open, and a `-wal` or `-journal` beside it is
@@ -332,6 +350,10 @@ impl SqliteEngine {
     /// into a private in-memory database.
     pub fn open_backup(backup: impl AsRef<Path>, options: SqliteOptions) -> Result<SqliteEngine> {
         let backup = backup.as_ref();
+        #[cfg(feature = "encryption")]
+        let key = options.key.clone();
+        #[cfg(not(feature = "encryption"))]
+        let key: Option<Key> = None;
         match options.path.clone() {
             Some(target) => {
                 for companion in ["-wal", "-journal"] {
@@ -345,16 +367,18 @@ impl SqliteEngine {
                     }
                 }
                 let tmp = Scratch(sibling(&target, ".restore-tmp"));
-                unpack(backup, &tmp.0)?;
+                unpack(backup, &tmp.0, key.as_ref())?;
                 fs::rename(&tmp.0, &target).map_err(|e| io_err(&target, "cannot write", e))?;
                 sync_dir(&target)?;
                 SqliteEngine::open(options)
             }
             None => {
-                let tmp = Scratch(scratch_path(None));
-                unpack(backup, &tmp.0)?;
-                let src = Connection::open(&tmp.0).map_err(|e| refused(backup, e.to_string()))?;
+                // Refused before anything is unpacked: SQLCipher copies pages
+                // only between two encrypted databases or two plain ones.
                 let engine = SqliteEngine::open(options)?;
+                let tmp = Scratch(scratch_path(None));
+                unpack(backup, &tmp.0, key.as_ref())?;
+                let src = open_unpacked(backup, &tmp.0, key.as_ref())?;
                 {
                     let mut g = engine.lock(None)?;
                     let b = Backup::new(&src, &mut g.conn).map_err(eng)?;
@@ -373,7 +397,18 @@ impl SqliteEngine {
 /// an [`Error::BadInput`] naming it and saying why.
 pub fn verify_backup(backup: impl AsRef<Path>) -> Result<()> {
     let tmp = Scratch(scratch_path(None));
-    unpack(backup.as_ref(), &tmp.0)
+    unpack(backup.as_ref(), &tmp.0, None)
+}
+
+/// As [`verify_backup`], for the backup of an encrypted database: it must
+/// open under `key`, and besides `PRAGMA integrity_check`, SQLCipher's
+/// `PRAGMA cipher_integrity_check` must find every page's HMAC intact, so
+/// that a changed byte anywhere is found, gzip or not. A plain backup, or a
+/// wrong key, is refused.
+#[cfg(feature = "encryption")]
+pub fn verify_encrypted_backup(backup: impl AsRef<Path>, key: &Key) -> Result<()> {
+    let tmp = Scratch(scratch_path(None));
+    unpack(backup.as_ref(), &tmp.0, Some(key))
 }
 
 /// Makes callers give way to a backup step that waits for the engine's lock.
@@ -455,8 +490,9 @@ impl Drop for Scratch {
 const SQLITE_MAGIC: &[u8; 16] = b"SQLite format 3\0";
 const GZIP_MAGIC: [u8; 2] = [0x1f, 0x8b];
 
-/// Writes the SQLite file inside `backup` to `to`, and checks it there.
-fn unpack(backup: &Path, to: &Path) -> Result<()> {
+/// Writes the SQLite file inside `backup` to `to`, and checks it there
+/// (under `key` when the backup is encrypted).
+fn unpack(backup: &Path, to: &Path, key: Option<&Key>) -> Result<()> {
     let mut file = File::open(backup).map_err(|e| io_err(backup, "cannot read", e))?;
     let mut magic = [0u8; 2];
     let n = read_up_to(&mut file, &mut magic).map_err(|e| io_err(backup, "cannot read", e))?;
@@ -491,11 +527,30 @@ fn unpack(backup: &Path, to: &Path) -> Result<()> {
         .map_err(|e| io_err(to, "cannot write", e.into_error()))?
         .sync_all()
         .map_err(|e| io_err(to, "cannot write", e))?;
-    check_sqlite(backup, to)
+    check_sqlite(backup, to, key)
+}
+
+/// Opens the checked copy `file` of `backup`, under `key` if it has one.
+fn open_unpacked(backup: &Path, file: &Path, key: Option<&Key>) -> Result<Connection> {
+    let conn = Connection::open(file).map_err(|e| refused(backup, e.to_string()))?;
+    if let Some(key) = key {
+        #[cfg(feature = "encryption")]
+        crate::crypt::apply_key(&conn, file, key).map_err(|e| match e {
+            Error::BadInput(_) => refused(
+                backup,
+                "its key is not the one given (a backup taken before a rekey keeps the old key)"
+                    .into(),
+            ),
+            e => refused(backup, format!("it cannot be read: {e}")),
+        })?;
+        #[cfg(not(feature = "encryption"))]
+        match *key {}
+    }
+    Ok(conn)
 }
 
 /// Checks the SQLite file `file` unpacked from `backup`.
-fn check_sqlite(backup: &Path, file: &Path) -> Result<()> {
+fn check_sqlite(backup: &Path, file: &Path, key: Option<&Key>) -> Result<()> {
     let mut f = File::open(file).map_err(|e| io_err(file, "cannot read", e))?;
     let len = f
         .metadata()
@@ -508,8 +563,29 @@ fn check_sqlite(backup: &Path, file: &Path) -> Result<()> {
             format!("truncated: {len} bytes, shorter than SQLite's 100-byte header"),
         ));
     }
-    if &h[..16] != SQLITE_MAGIC {
-        return Err(refused(backup, "not a SQLite database or gzip file".into()));
+    let plain = &h[..16] == SQLITE_MAGIC;
+    match (plain, key.is_some()) {
+        (true, true) => {
+            return Err(refused(
+                backup,
+                "a plain (unencrypted) backup where an encrypted one was expected (a key was \
+                 given, or the engine is encrypted)"
+                    .into(),
+            ))
+        }
+        (false, false) => {
+            return Err(refused(
+                backup,
+                "not a SQLite database or gzip file as is: an encrypted backup is restored \
+                 with its key (burrow-sqlite's `encryption` feature)"
+                    .into(),
+            ))
+        }
+        (false, true) => {
+            drop(f);
+            return check_encrypted(backup, file, key);
+        }
+        (true, false) => {}
     }
     let be32 = |at: usize| u32::from_be_bytes([h[at], h[at + 1], h[at + 2], h[at + 3]]);
     let page_size = match u16::from_be_bytes([h[16], h[17]]) {
@@ -528,14 +604,28 @@ fn check_sqlite(backup: &Path, file: &Path) -> Result<()> {
         ));
     }
     drop(f);
-    let conn = Connection::open(file).map_err(|e| refused(backup, e.to_string()))?;
+    let conn = open_unpacked(backup, file, None)?;
+    integrity(backup, &conn, "PRAGMA integrity_check(20)", &["ok"])
+}
+
+/// Checks an encrypted copy: its header is ciphertext, so its length is
+/// checked by the pages' HMACs (a page cut short fails its HMAC, a missing
+/// one fails the structure check).
+fn check_encrypted(backup: &Path, file: &Path, key: Option<&Key>) -> Result<()> {
+    let conn = open_unpacked(backup, file, key)?;
+    integrity(backup, &conn, "PRAGMA cipher_integrity_check", &[])?;
+    integrity(backup, &conn, "PRAGMA integrity_check(20)", &["ok"])
+}
+
+/// Runs a check pragma on `conn`, which must answer `expected`.
+fn integrity(backup: &Path, conn: &Connection, pragma: &str, expected: &[&str]) -> Result<()> {
     let problems = (|| -> rusqlite::Result<Vec<String>> {
-        let mut st = conn.prepare("PRAGMA integrity_check(20)")?;
+        let mut st = conn.prepare(pragma)?;
         let rows = st.query_map([], |r| r.get::<_, String>(0))?;
         rows.collect()
     })()
     .map_err(|e| refused(backup, format!("integrity check failed: {e}")))?;
-    if problems != ["ok"] {
+    if problems != expected {
         return Err(refused(
             backup,
             format!("integrity check failed: {}", problems.join("; ")),
@@ -644,6 +734,10 @@ fn refused(backup: &Path, why: String) -> Error {
         backup.display()
     ))
 }
+
+/// How many times as long as a step held the engine's lock the backup
+/// pauses when others were waiting for it (see `copy_pages`).
+const BUSY_PAUSE: u32 = 4;
 
 /// The gzip level of [`SqliteEngine::backup_gz`]: the fastest, as a backup
 /// competes with the engine's writers for the cores.

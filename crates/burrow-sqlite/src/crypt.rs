@@ -20,10 +20,41 @@ use crate::{eng, read_header, Header, SqliteEngine};
 
 /// The key of an encrypted database file: a passphrase, from which SQLCipher
 /// derives the AES-256 key (PBKDF2-HMAC-SHA512, 256,000 iterations, salted
-/// per file), or a raw 256-bit key used as is. Its `Debug` form shows which
-/// kind it is, never the secret.
+/// per file), or a raw 256-bit key used as is; with it, the HMAC that
+/// authenticates each page ([`PageHmac`]), part of how the file is read.
+/// Its `Debug` form shows which kind it is, never the secret.
 #[derive(Clone, PartialEq, Eq)]
-pub struct Key(Secret);
+pub struct Key {
+    secret: Secret,
+    hmac: PageHmac,
+}
+
+/// The HMAC that authenticates each page of an encrypted file. A file is
+/// read with the one it was written with: any other fails every page's
+/// check, and the open is refused as a wrong key.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum PageHmac {
+    /// HMAC-SHA512, SQLCipher 4's default: its shell and other bindings
+    /// open the file with `PRAGMA key` alone.
+    #[default]
+    Sha512,
+    /// HMAC-SHA256: as strong for page authentication (a 256-bit tag), and
+    /// faster on processors with SHA extensions, where OpenSSL computes
+    /// SHA-256 in hardware (2.4 times SHA-512's speed on 4 KiB here; see the
+    /// README for what it gains). Other SQLCipher tools need
+    /// `PRAGMA cipher_hmac_algorithm = HMAC_SHA256` after the key.
+    Sha256,
+}
+
+impl PageHmac {
+    /// SQLCipher's name for it.
+    fn pragma(self) -> &'static str {
+        match self {
+            PageHmac::Sha512 => "HMAC_SHA512",
+            PageHmac::Sha256 => "HMAC_SHA256",
+        }
+    }
+}
 
 #[derive(Clone, PartialEq, Eq)]
 enum Secret {
@@ -34,18 +65,31 @@ enum Secret {
 impl Key {
     /// A passphrase (checked when used: not empty, not of the form `x'…'`).
     pub fn passphrase(passphrase: impl Into<String>) -> Key {
-        Key(Secret::Passphrase(passphrase.into()))
+        Key {
+            secret: Secret::Passphrase(passphrase.into()),
+            hmac: PageHmac::default(),
+        }
     }
 
     /// A raw 256-bit AES key.
     pub fn raw(key: [u8; 32]) -> Key {
-        Key(Secret::Raw(key))
+        Key {
+            secret: Secret::Raw(key),
+            hmac: PageHmac::default(),
+        }
+    }
+
+    /// The same key with pages authenticated by `hmac` (default
+    /// [`PageHmac::Sha512`]).
+    pub fn page_hmac(mut self, hmac: PageHmac) -> Key {
+        self.hmac = hmac;
+        self
     }
 
     /// The bytes SQLCipher takes as key material, or why this key is refused
     /// for `file`. The caller wipes them after use ([`wipe`]).
     pub(crate) fn material(&self, file: &Path) -> Result<Vec<u8>> {
-        match &self.0 {
+        match &self.secret {
             Secret::Passphrase(p) if p.is_empty() => Err(Error::BadInput(format!(
                 "{}: an empty passphrase would leave the file unencrypted; nothing was changed",
                 file.display()
@@ -81,10 +125,14 @@ fn looks_raw(p: &str) -> bool {
 
 impl fmt::Debug for Key {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(match self.0 {
+        f.write_str(match self.secret {
             Secret::Passphrase(_) => "Key::passphrase(<redacted>)",
             Secret::Raw(_) => "Key::raw(<redacted>)",
-        })
+        })?;
+        if self.hmac != PageHmac::default() {
+            write!(f, ".page_hmac({:?})", self.hmac)?;
+        }
+        Ok(())
     }
 }
 
@@ -92,7 +140,7 @@ impl Drop for Key {
     /// Best effort: copies made by `Clone`, or by a `String` that grew,
     /// are beyond reach.
     fn drop(&mut self) {
-        match &mut self.0 {
+        match &mut self.secret {
             Secret::Passphrase(p) => wipe(std::mem::take(p).into_bytes()),
             Secret::Raw(k) => {
                 k.fill(0);
@@ -123,13 +171,22 @@ pub(crate) fn apply_key(conn: &Connection, file: &Path, key: &Key) -> Result<()>
     let keyed = conn.key(None::<&CStr>, &m, false);
     wipe(m);
     keyed.map_err(eng)?;
+    // Set between the key and the first read, which is when SQLCipher
+    // settles how the file's pages are read.
+    if key.hmac != PageHmac::default() {
+        conn.execute_batch(&format!(
+            "PRAGMA cipher_hmac_algorithm = {}",
+            key.hmac.pragma()
+        ))
+        .map_err(eng)?;
+    }
     match conn.query_row("SELECT count(*) FROM sqlite_master", [], |r| {
         r.get::<_, i64>(0)
     }) {
         Ok(_) => Ok(()),
         Err(e) if e.sqlite_error_code() == Some(ErrorCode::NotADatabase) => {
             Err(Error::BadInput(format!(
-                "{}: wrong key (or not a SQLite database); nothing was changed",
+                "{}: wrong key (or another page HMAC, or not a SQLite database); nothing was changed",
                 file.display()
             )))
         }
@@ -160,6 +217,13 @@ impl SqliteEngine {
             return Err(Error::BadInput(format!(
                 "{}: not encrypted, so it cannot be rekeyed; encrypt it with \
                  SqliteEngine::encrypt_file while it is closed",
+                file.display()
+            )));
+        }
+        if g.key.as_ref().map(|k| k.hmac) != Some(key.hmac) {
+            return Err(Error::BadInput(format!(
+                "{}: a rekey keeps the file's page HMAC; give the new key the same \
+                 PageHmac (nothing was changed)",
                 file.display()
             )));
         }
@@ -210,7 +274,7 @@ impl SqliteEngine {
         // Absolute, so that SQLite cannot read the name as a `file:` URI.
         let tmp = std::path::absolute(sibling(path, ".encrypt-tmp"))
             .map_err(|e| Error::Io(std::io::Error::other(e)))?;
-        let done = export(path, &tmp, &m);
+        let done = export(path, &tmp, &m, key.hmac);
         wipe(m);
         let done = done.and_then(|()| {
             let check = Connection::open(&tmp).map_err(eng)?;
@@ -243,7 +307,7 @@ impl SqliteEngine {
 
 /// Copies the plain file `from` into a new file `to` encrypted under the key
 /// material `m`.
-fn export(from: &Path, to: &PathBuf, m: &[u8]) -> Result<()> {
+fn export(from: &Path, to: &PathBuf, m: &[u8], hmac: PageHmac) -> Result<()> {
     let _ = fs::remove_file(to);
     let to_text = to.to_str().ok_or_else(|| {
         Error::BadInput(format!("{}: the folder's name is not UTF-8", to.display()))
@@ -254,6 +318,13 @@ fn export(from: &Path, to: &PathBuf, m: &[u8]) -> Result<()> {
         (to_text, m),
     )
     .map_err(eng)?;
+    if hmac != PageHmac::default() {
+        conn.execute_batch(&format!(
+            "PRAGMA burrow_encrypted.cipher_hmac_algorithm = {}",
+            hmac.pragma()
+        ))
+        .map_err(eng)?;
+    }
     conn.query_row(
         "SELECT sqlcipher_export('burrow_encrypted')",
         [],

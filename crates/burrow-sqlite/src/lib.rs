@@ -40,7 +40,8 @@
 //! key, a missing one, or a key for a plain file is refused by name before
 //! anything is written. Reads cost nothing measurable; writes roughly half
 //! the plain speed in bulk, a fifth for one-row commits (the README has the
-//! figures and what encryption does not protect).
+//! figures, what `Key::page_hmac` gains, and what encryption does not
+//! protect).
 //!
 //! # Backup and restore
 //!
@@ -51,6 +52,8 @@
 //! last step ends. [`SqliteEngine::open_backup`] and [`SqliteEngine::restore`]
 //! load a backup, plain or gzip, only after checking it whole
 //! ([`verify_backup`]): a truncated or corrupted one is refused, naming it.
+//! The backup of an encrypted database is encrypted under its key and is
+//! restored with it (feature `encryption`).
 //! `docs/backup.md` has the details and measured figures.
 //!
 //! Inside: `statements` holds the SQL text of one table, built when the table
@@ -81,9 +84,11 @@ use burrow_core::{
 use rusqlite::types::{ToSqlOutput, ValueRef as SqlValue};
 use rusqlite::{Connection, Statement};
 
+#[cfg(feature = "encryption")]
+pub use backup::verify_encrypted_backup;
 pub use backup::{verify_backup, BackupOptions, BackupProgress, BackupSummary};
 #[cfg(feature = "encryption")]
-pub use crypt::Key;
+pub use crypt::{Key, PageHmac};
 pub use hot::{widen_lookaside, KeptConnection, KeptStatement};
 pub use options::{LockingMode, SqliteOptions, Synchronous};
 pub use rusqlite;

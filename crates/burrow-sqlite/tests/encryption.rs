@@ -264,4 +264,176 @@ mod encrypted {
         );
         Ok(())
     }
+
+    /// Before restore learned keys, an encrypted backup was refused as "not
+    /// a SQLite database", whatever the key: it could be opened as a
+    /// database by hand, never restored.
+    #[test]
+    fn an_encrypted_backup_is_restored_with_its_key_and_refused_without() -> Res<()> {
+        let dir = tempfile::tempdir()?;
+        let live = dir.path().join("live.db");
+        let keyed = |p: &Path| SqliteOptions::file(p).raw_key([5; 32]);
+        write_marker(keyed(&live))?;
+        let engine = SqliteEngine::open(keyed(&live))?;
+        for (name, gzip) in [("b.db", false), ("b.db.gz", true)] {
+            let copy = dir.path().join(name);
+            if gzip {
+                engine.backup_gz(&copy)?;
+            } else {
+                engine.backup(&copy)?;
+            }
+            burrow_sqlite::verify_encrypted_backup(&copy, &Key::raw([5; 32]))?;
+            let target = dir.path().join(format!("restored-{name}"));
+            drop(SqliteEngine::open_backup(&copy, keyed(&target))?);
+            assert!(!contains(&target, MARKER.as_bytes())?);
+            assert_eq!(read_marker(keyed(&target))?, MARKER);
+
+            for (options, says) in [
+                (SqliteOptions::file(dir.path().join("none.db")), "encrypted"),
+                (
+                    SqliteOptions::file(dir.path().join("wrong.db")).raw_key([6; 32]),
+                    "key",
+                ),
+                (SqliteOptions::memory(), "encrypted"),
+            ] {
+                let err = SqliteEngine::open_backup(&copy, options)
+                    .err()
+                    .ok_or("restored")?
+                    .to_string();
+                assert!(err.contains(&copy.display().to_string()), "{err}");
+                assert!(err.contains(says), "{err}");
+            }
+            assert!(!dir.path().join("none.db").exists());
+            assert!(!dir.path().join("wrong.db").exists());
+            let err = burrow_sqlite::verify_backup(&copy)
+                .err()
+                .ok_or("verified")?;
+            assert!(err.to_string().contains("encrypted"), "{err}");
+        }
+        Ok(())
+    }
+
+    #[test]
+    fn a_live_encrypted_engine_restores_its_own_backup() -> Res<()> {
+        let dir = tempfile::tempdir()?;
+        let live = dir.path().join("live.db");
+        let copy = dir.path().join("b.db.gz");
+        let engine = Arc::new(SqliteEngine::open(
+            SqliteOptions::file(&live).passphrase(PASS),
+        )?);
+        let db = Database::open(Model::new().with::<Note>(), engine.clone())?;
+        let mut note = Note {
+            id: 0,
+            text: MARKER.into(),
+        };
+        db.add(&mut note)?;
+        engine.backup_gz(&copy)?;
+        note.text = "changed after the backup".into();
+        db.update(&mut note)?;
+        engine.restore(&copy)?;
+        assert_eq!(db.retrieve::<Note>(1)?.text, MARKER);
+        // A plain engine is handed the encrypted backup: refused by name.
+        let plain = SqliteEngine::open(SqliteOptions::file(dir.path().join("plain.db")))?;
+        let err = plain.restore(&copy).err().ok_or("restored")?.to_string();
+        assert!(
+            err.contains(&copy.display().to_string()) && err.contains("encrypted"),
+            "{err}"
+        );
+        // And the encrypted engine a plain one.
+        let plain_copy = dir.path().join("plain.backup");
+        plain.backup(&plain_copy)?;
+        let err = engine
+            .restore(&plain_copy)
+            .err()
+            .ok_or("restored")?
+            .to_string();
+        assert!(err.contains("plain"), "{err}");
+        assert_eq!(db.retrieve::<Note>(1)?.text, MARKER);
+        Ok(())
+    }
+
+    #[test]
+    fn a_damaged_encrypted_backup_is_refused() -> Res<()> {
+        let dir = tempfile::tempdir()?;
+        let live = dir.path().join("live.db");
+        let copy = dir.path().join("b.db");
+        let key = Key::raw([9; 32]);
+        write_marker(SqliteOptions::file(&live).key(key.clone()))?;
+        SqliteEngine::open(SqliteOptions::file(&live).key(key.clone()))?.backup(&copy)?;
+        let whole = std::fs::read(&copy)?;
+        let damaged = dir.path().join("damaged.db");
+        // Cut at a page boundary, inside a page, and one byte changed in the
+        // last page (the one holding the marker's row): each found.
+        for (what, bytes) in [
+            ("cut at a page", whole[..whole.len() - 4096].to_vec()),
+            ("cut inside a page", whole[..whole.len() - 100].to_vec()),
+            ("a byte changed", {
+                let mut b = whole.clone();
+                let at = b.len() - 2000;
+                b[at] ^= 1;
+                b
+            }),
+        ] {
+            std::fs::write(&damaged, &bytes)?;
+            let err = burrow_sqlite::verify_encrypted_backup(&damaged, &key)
+                .err()
+                .ok_or(what)?
+                .to_string();
+            assert!(err.contains("refused"), "{what}: {err}");
+            let target = dir.path().join("target.db");
+            assert!(
+                SqliteEngine::open_backup(&damaged, SqliteOptions::file(&target).key(key.clone()))
+                    .is_err(),
+                "{what}"
+            );
+            assert!(!target.exists(), "{what}");
+        }
+        Ok(())
+    }
+
+    #[test]
+    fn a_sha256_page_hmac_is_part_of_the_key() -> Res<()> {
+        use burrow_sqlite::PageHmac;
+        let dir = tempfile::tempdir()?;
+        let path = dir.path().join("h.db");
+        let key = Key::raw([4; 32]).page_hmac(PageHmac::Sha256);
+        write_marker(SqliteOptions::file(&path).key(key.clone()))?;
+        assert!(!contains(&path, MARKER.as_bytes())?);
+        assert_eq!(
+            read_marker(SqliteOptions::file(&path).key(key.clone()))?,
+            MARKER
+        );
+        // The same secret with SQLCipher's default HMAC reads no page.
+        refused(
+            SqliteOptions::file(&path).raw_key([4; 32]),
+            &path,
+            "wrong key",
+        )?;
+        // Backups and restores carry it with the key.
+        let copy = dir.path().join("h.backup.gz");
+        let engine = SqliteEngine::open(SqliteOptions::file(&path).key(key.clone()))?;
+        engine.backup_gz(&copy)?;
+        burrow_sqlite::verify_encrypted_backup(&copy, &key)?;
+        assert!(burrow_sqlite::verify_encrypted_backup(&copy, &Key::raw([4; 32])).is_err());
+        engine.restore(&copy)?;
+        // A rekey keeps the HMAC: a new key with another is refused.
+        let err = engine.rekey(Key::raw([8; 32])).err().ok_or("rekeyed")?;
+        assert!(err.to_string().contains("HMAC"), "{err}");
+        let new = Key::raw([8; 32]).page_hmac(PageHmac::Sha256);
+        engine.rekey(new.clone())?;
+        drop(engine);
+        assert_eq!(read_marker(SqliteOptions::file(&path).key(new))?, MARKER);
+        // A plain file encrypted in place with it.
+        let plain = dir.path().join("p.db");
+        write_marker(SqliteOptions::file(&plain))?;
+        SqliteEngine::encrypt_file(&plain, &key)?;
+        assert!(!contains(&plain, MARKER.as_bytes())?);
+        assert_eq!(read_marker(SqliteOptions::file(&plain).key(key))?, MARKER);
+        refused(
+            SqliteOptions::file(&plain).raw_key([4; 32]),
+            &plain,
+            "wrong key",
+        )?;
+        Ok(())
+    }
 }
