@@ -22,7 +22,8 @@ use burrow_sql::SqlEngine;
 
 use crate::sample::Sample;
 use crate::targets::{
-    EngineSpec, Mode, Native, OrmTarget, RawFile, RawTarget, Stats, Target, UNCACHED_MODES,
+    EngineSpec, Mode, Native, OrmTarget, RawFile, RawTarget, Stats, Target, SHARED_FILE,
+    UNCACHED_MODES,
 };
 
 fn err(e: impl std::fmt::Display) -> String {
@@ -155,23 +156,8 @@ fn orm_target(engine: Arc<SqlEngine>) -> Result<Box<dyn Target>, String> {
     }))
 }
 
-/// How the shared-locking file rows open their file, on both sides: a
-/// write-ahead log, and SQLite's `unix-excl` VFS, which locks the file against
-/// other processes once, at open, as mORMot2 opens every SQLite file on
-/// Linux. The locking mode stays NORMAL: connections of this process lock
-/// each other as usual. In rollback mode each read in autocommit takes and
-/// drops a shared lock and looks for another process's hot journal (4 fcntl,
-/// 3 stat and a pread per by-ID read, most of its time); with both, it makes
-/// no system call. `synchronous=FULL` in WAL syncs the log at each commit, so
-/// a commit still survives a power cut.
-const SHARED_FILE: (&str, RawFile) = (
-    "&journal_mode=wal&vfs=unix-excl",
-    RawFile {
-        vfs: Some("unix-excl"),
-        wal: true,
-        encrypted: false,
-    },
-);
+/// [`SHARED_FILE`] in the external layer's URL.
+const SHARED_FILE_URL: &str = "&journal_mode=wal&vfs=unix-excl";
 
 fn sqlite_url(path: Option<&Path>, sync: Synchronous, exclusive: bool) -> String {
     let sync = match sync {
@@ -184,7 +170,7 @@ fn sqlite_url(path: Option<&Path>, sync: Synchronous, exclusive: bool) -> String
         Some(p) => format!(
             "sqlite://{}?synchronous={sync}&locking_mode={lock}{}",
             p.display(),
-            if exclusive { "" } else { SHARED_FILE.0 }
+            if exclusive { "" } else { SHARED_FILE_URL }
         ),
         None => "sqlite::memory:".to_owned(),
     }
@@ -257,7 +243,7 @@ pub fn external_engines() -> Vec<EngineSpec> {
                 let file = if exclusive {
                     RawFile::default()
                 } else {
-                    SHARED_FILE.1
+                    SHARED_FILE
                 };
                 Ok(Box::new(RawTarget::open_as(path, sync, exclusive, file)?) as Box<dyn Target>)
             })),

@@ -82,7 +82,7 @@ use burrow_core::{
     Result, Row, RowOps, Select, SqlHost, Storage, Table, Value, ValueRef,
 };
 use rusqlite::types::{ToSqlOutput, ValueRef as SqlValue};
-use rusqlite::{Connection, Statement};
+use rusqlite::{Connection, OpenFlags, Statement};
 
 #[cfg(feature = "encryption")]
 pub use backup::verify_encrypted_backup;
@@ -181,7 +181,11 @@ impl SqliteEngine {
         let conn = match &options.path {
             Some(p) => {
                 check_header(p, keyed)?;
-                Connection::open(p)
+                if options.one_process && cfg!(unix) {
+                    Connection::open_with_flags_and_vfs(p, OpenFlags::default(), "unix-excl")
+                } else {
+                    Connection::open(p)
+                }
             }
             None if keyed => {
                 return Err(Error::BadInput(
