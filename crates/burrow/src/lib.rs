@@ -51,14 +51,15 @@ pub mod driver {
 #[cfg(feature = "sqlite")]
 #[cfg_attr(docsrs, doc(cfg(feature = "sqlite")))]
 pub mod sqlite {
-    /// The key of an encrypted file (feature `encryption`).
-    #[cfg(feature = "encryption")]
-    #[cfg_attr(docsrs, doc(cfg(feature = "encryption")))]
-    pub use burrow_sqlite::Key;
     pub use burrow_sqlite::{
         rusqlite, verify_backup, BackupOptions, BackupProgress, BackupSummary, LockingMode,
         SqliteEngine, SqliteOptions, SqliteTx, Synchronous,
     };
+    /// An encrypted file's key, its page authentication, and the check of
+    /// an encrypted backup (feature `encryption`).
+    #[cfg(feature = "encryption")]
+    #[cfg_attr(docsrs, doc(cfg(feature = "encryption")))]
+    pub use burrow_sqlite::{verify_encrypted_backup, Key, PageHmac};
 }
 
 /// The in-memory engine (feature `memory`).
