@@ -156,8 +156,14 @@ impl Filter {
     /// is written `NOT (a = ?)`). Walks the tree without recursing, so a
     /// filter built by hand however deep gets an answer.
     pub fn written_depth(&self) -> usize {
+        // A comparison alone (most filters) is answered without the walk's
+        // allocation: this runs for every remote call that filters.
+        let root = match &self.expr {
+            Some(e @ (Expr::And(_) | Expr::Or(_) | Expr::Not(_))) => e,
+            _ => return 0,
+        };
         let mut deepest = 0;
-        let mut todo: Vec<(&Expr, usize)> = self.expr.iter().map(|e| (e, 0)).collect();
+        let mut todo: Vec<(&Expr, usize)> = vec![(root, 0)];
         while let Some((e, depth)) = todo.pop() {
             deepest = deepest.max(depth);
             match e {
