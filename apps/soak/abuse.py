@@ -157,6 +157,19 @@ def running():
     return time.monotonic() < DEADLINE
 
 
+def cycle(client, src, reqs, pause):
+    """Sends (request, wanted statuses) pairs in turn on one kept connection
+    (a new one whenever the server closed it) until the deadline."""
+    conn = None
+    i = 0
+    while running():
+        req, want = reqs[i % len(reqs)]
+        conn = exchange(client, src, req, conn, want)
+        i += 1
+        time.sleep(pause)
+    close(conn)
+
+
 # --- slow bodies and heads (slowloris) -------------------------------------
 
 
@@ -222,20 +235,13 @@ def body_refusals(client, src):
 
 def begins(client, src):
     """BEGIN without credentials (401) and by the read-only user (403)."""
-    conn = None
     reqs = [
         (request("BEGIN", "/root"), {401}),
         (request("BEGIN", "/root", READER), {403}),
         (request("BEGIN", "/root/Item", READER), {403}),
         (request("BEGIN", "/root/Item"), {401}),
     ]
-    i = 0
-    while running():
-        req, want = reqs[i % len(reqs)]
-        conn = exchange(client, src, req, conn, want)
-        i += 1
-        time.sleep(0.002)
-    close(conn)
+    cycle(client, src, reqs, 0.002)
 
 
 # --- logins ------------------------------------------------------------------
@@ -288,14 +294,7 @@ def deep_wheres(client, src):
         (request("DELETE", "/root/Item?where=" + parens, WRITER), {400}),
         (request("GET", "/root", READER, "SELECT ID FROM Item WHERE " + " OR ".join(f"ID={k}" for k in range(1, 2000))), {400}),
     ]
-    conn = None
-    i = 0
-    while running():
-        req, want = reqs[i % len(reqs)]
-        conn = exchange(client, src, req, conn, want)
-        i += 1
-        time.sleep(0.01)
-    close(conn)
+    cycle(client, src, reqs, 0.01)
 
 
 def in_lists(client, src):
