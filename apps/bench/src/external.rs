@@ -148,6 +148,9 @@ fn orm_target(engine: Arc<SqlEngine>) -> Result<Box<dyn Target>, String> {
     let client = Database::builder(Model::new().with::<Sample>())
         .default_engine(main)
         .place::<Sample>(engine.clone())
+        // All Virtual measures SQLite's virtual table, as mORMot2's does
+        // (its static tables' direct route turned off for that cell).
+        .sql_direct(false)
         .open()
         .map_err(err)?;
     Ok(Box::new(OrmTarget {

@@ -7,7 +7,7 @@ use crate::error::{Error, Result};
 use crate::orm::Orm;
 use crate::record::Record;
 use crate::schema::Table;
-use crate::storage::{BatchItem, BatchResult, RowOps, SqlHost, Storage};
+use crate::storage::{BatchItem, BatchResult, Caps, RowOps, SqlHost, Storage};
 use crate::transaction::{self, Transaction};
 
 /// The tables of an application.
@@ -70,6 +70,9 @@ pub struct Database {
     engines: Vec<Arc<dyn Storage>>,
     /// The default engine, which runs SQL over every table.
     sql: Option<usize>,
+    /// Whether a whole-table statement goes straight to its table's engine
+    /// (see [`DatabaseBuilder::sql_direct`]).
+    sql_direct: bool,
 }
 
 impl Database {
@@ -84,6 +87,7 @@ impl Database {
             model,
             default: None,
             placed: Vec::new(),
+            sql_direct: true,
         }
     }
 
@@ -129,6 +133,13 @@ impl Database {
             .find(|(t, _)| t.same(table))
             .map(|(_, e)| *e)
             .ok_or_else(|| Error::UnknownTable(table.name.to_owned()))
+    }
+
+    /// The engine holding `table` and what it can do, when it is not the
+    /// SQL host (see [`Orm::sql_list`]).
+    pub(crate) fn elsewhere(&self, table: &'static Table) -> Option<(usize, Caps)> {
+        let e = self.engine_index(table).ok()?;
+        (self.sql_direct && Some(e) != self.sql).then(|| (e, self.engines[e].caps()))
     }
 
     /// The error of SQL asked of engine `e`, which runs none.
@@ -184,6 +195,11 @@ impl Orm for Database {
         self.engines[e].sql_host().ok_or_else(|| self.no_sql(e))
     }
 
+    fn sql_elsewhere(&self, table: &'static Table) -> Option<(&dyn RowOps, Caps)> {
+        let (e, caps) = self.elsewhere(table)?;
+        Some((&*self.engines[e] as &dyn RowOps, caps))
+    }
+
     fn apply_items(
         &self,
         items: &[BatchItem<'_>],
@@ -203,6 +219,7 @@ pub struct DatabaseBuilder {
     model: Model,
     default: Option<Arc<dyn Storage>>,
     placed: Vec<(&'static Table, Arc<dyn Storage>)>,
+    sql_direct: bool,
 }
 
 impl DatabaseBuilder {
@@ -215,6 +232,17 @@ impl DatabaseBuilder {
     /// Keeps the table of `T` in `engine`.
     pub fn place<T: Record>(mut self, engine: Arc<dyn Storage>) -> Self {
         self.placed.push((T::table(), engine));
+        self
+    }
+
+    /// Whether [`Orm::sql_list`] sends a statement reading one table whole
+    /// to the engine holding it, when that is not the default engine (on by
+    /// default). Off, every statement goes through the default engine's
+    /// SQL, other engines' tables as its virtual tables: mORMot2's
+    /// `SetStaticVirtualTableDirect(false)`, and how the engine benchmark
+    /// measures its All Virtual cells.
+    pub fn sql_direct(mut self, on: bool) -> Self {
+        self.sql_direct = on;
         self
     }
 
@@ -281,6 +309,7 @@ impl DatabaseBuilder {
             routes,
             engines,
             sql,
+            sql_direct: self.sql_direct,
         })
     }
 }

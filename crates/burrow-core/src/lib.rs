@@ -20,6 +20,7 @@ pub mod eval;
 pub mod filter;
 pub mod json;
 mod nowait;
+mod one_table;
 mod orm;
 mod query;
 mod record;
@@ -54,6 +55,11 @@ pub mod driver {
     pub use crate::batch::field_subset;
     pub use crate::cache::{CacheScope, TxWrites};
     pub use crate::nowait::{refuse, taken_now, waits_refused, without_waiting};
+    /// One-table SQL read without an SQL engine, as the memory engine and
+    /// [`crate::Orm::sql_list`] read it.
+    pub mod one_table {
+        pub use crate::one_table::{select, SUBSET};
+    }
     pub use crate::storage::{apply_each, apply_one};
     pub use crate::transaction::{engine_order, next_tx_token, run_batch, same_engine};
 }

@@ -39,14 +39,43 @@ pub trait Orm {
     /// The `T`s a read-only SQL statement returns (its columns matched to `T`'s
     /// ID and fields by name), with `params` bound to its `?` in order. The SQL
     /// runs on [`Orm::sql_engine`], so it may join tables of every engine.
+    ///
+    /// A statement reading `T`'s table whole (`SELECT * FROM T [ORDER BY …]
+    /// [LIMIT …]`) whose table another engine holds is answered by that
+    /// engine, without the SQL host's virtual table, when the answer is the
+    /// same: the statement does not sort, or the engine sorts as SQLite does
+    /// ([`crate::Caps::sqlite_order`]). mORMot2 routes such statements so
+    /// too; [`crate::DatabaseBuilder::sql_direct`] turns it off. A WHERE always goes through the SQL host: there it compares
+    /// stored values as SQL does (a currency literal is its stored count of
+    /// 1/10,000), where a [`crate::Filter`] reads literals as field values.
     fn sql_list<T: Record>(&self, sql: &str, params: impl Params) -> Result<Vec<T>> {
         let mut out = Vec::new();
+        let mut push = |row: &dyn crate::Row| {
+            out.push(T::from_row(row)?);
+            Ok(())
+        };
+        let params = params.as_values();
+        if let Some((engine, caps)) = self.sql_elsewhere(T::table()) {
+            // Anything the subset does not read goes to the SQL host, which
+            // answers it or says why not.
+            if let Ok(select) = crate::one_table::select(T::table(), sql, params) {
+                if select.filter.expr.is_none() && (select.order.is_empty() || caps.sqlite_order) {
+                    engine.select(T::table(), &select, &mut push)?;
+                    return Ok(out);
+                }
+            }
+        }
         self.sql_host()?
-            .sql_select(T::table(), sql, params.as_values(), &mut |row| {
-                out.push(T::from_row(row)?);
-                Ok(())
-            })?;
+            .sql_select(T::table(), sql, params, &mut push)?;
         Ok(out)
+    }
+
+    /// The row calls and capabilities of the engine holding `table`, when
+    /// that engine is not the SQL host's (see [`Orm::sql_list`]); `None`
+    /// sends every statement to the SQL host.
+    fn sql_elsewhere(&self, table: &'static Table) -> Option<(&dyn RowOps, crate::Caps)> {
+        let _ = table;
+        None
     }
 
     /// Adds `rec` with a new ID, which is set in `rec` and returned. The

@@ -87,6 +87,12 @@ pub struct Caps {
     pub name: &'static str,
     /// Where its calls spend their time.
     pub placement: Placement,
+    /// Whether it sorts rows as SQLite does (numbers as numbers, text by
+    /// its bytes, NULLs first): then a one-table SQL statement that sorts
+    /// its table may be answered by the engine itself instead of through a
+    /// SQL host's virtual table (see [`crate::Orm::sql_list`]). Engines with
+    /// other collations or NULL orders (PostgreSQL, MariaDB) leave it off.
+    pub sqlite_order: bool,
 }
 
 impl Caps {
@@ -95,6 +101,7 @@ impl Caps {
         Caps {
             name,
             placement: Placement::InProcess,
+            sqlite_order: false,
         }
     }
 
@@ -103,6 +110,15 @@ impl Caps {
         Caps {
             name,
             placement: Placement::Network,
+            sqlite_order: false,
+        }
+    }
+
+    /// The same, sorting as SQLite does (see [`Caps::sqlite_order`]).
+    pub const fn with_sqlite_order(self) -> Caps {
+        Caps {
+            sqlite_order: true,
+            ..self
         }
     }
 }

@@ -14,7 +14,7 @@ use crate::database::Database;
 use crate::error::{Error, Result};
 use crate::orm::Orm;
 use crate::schema::Table;
-use crate::storage::{BatchItem, BatchResult, EngineTx, RowOps, SqlHost, Storage};
+use crate::storage::{BatchItem, BatchResult, Caps, EngineTx, RowOps, SqlHost, Storage};
 
 /// The key of the one order in which engines are taken: the address of the
 /// shared engine, fixed for as long as anybody holds it.
@@ -155,6 +155,12 @@ impl Orm for Transaction<'_> {
         self.usable()?;
         let e = self.client.sql_index()?;
         self.txs[e].sql_host().ok_or_else(|| self.client.no_sql(e))
+    }
+
+    fn sql_elsewhere(&self, table: &'static Table) -> Option<(&dyn RowOps, Caps)> {
+        self.usable().ok()?;
+        let (e, caps) = self.client.elsewhere(table)?;
+        Some((&*self.txs[e] as &dyn RowOps, caps))
     }
 
     fn apply_items(

@@ -975,7 +975,7 @@ burrow_core::forward_row_ops!(MemoryTx, |t| At {
 
 impl Storage for MemoryEngine {
     fn caps(&self) -> Caps {
-        Caps::in_process(ENGINE)
+        Caps::in_process(ENGINE).with_sqlite_order()
     }
 
     // One-table SQL, answered by the engine's own select (`sql`).

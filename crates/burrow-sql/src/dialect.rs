@@ -234,7 +234,7 @@ impl Dialect {
         match self {
             Dialect::Postgres => Caps::network("postgres"),
             Dialect::MySql => Caps::network("mysql"),
-            Dialect::Sqlite => Caps::in_process("sqlite-external"),
+            Dialect::Sqlite => Caps::in_process("sqlite-external").with_sqlite_order(),
         }
     }
 

@@ -1080,7 +1080,7 @@ impl SqliteEngine {
 
 impl Storage for SqliteEngine {
     fn caps(&self) -> Caps {
-        Caps::in_process(ENGINE)
+        Caps::in_process(ENGINE).with_sqlite_order()
     }
 
     fn ensure_table(&self, table: &'static Table) -> Result<()> {
