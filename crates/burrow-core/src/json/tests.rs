@@ -415,3 +415,50 @@ fn a_bad_or_cut_list_fed_in_pieces_fails_as_the_whole_body() {
         }
     }
 }
+
+/// What a compact list of one row of `T` whose Born and Changed hold `born`
+/// and `changed` writes, or its error.
+fn list_of(born: Value, changed: Value, dialect: JsonDialect) -> Result<String> {
+    let mut r = row();
+    r.values[2] = born;
+    r.values[3] = changed;
+    let cols = [Column::Id, Column::Field(2), Column::Field(3)];
+    let mut out = Vec::new();
+    let mut w = ListWriter::begin(&mut out, &T, &cols, true, dialect);
+    w.row(&mut out, &r)?;
+    w.finish(&mut out);
+    Ok(String::from_utf8(out).expect("UTF-8"))
+}
+
+#[test]
+fn stored_dates_in_the_written_form_are_written_as_parsed_ones_are() -> Result<()> {
+    let text = |s: &str| Value::Text(s.into());
+    for dialect in [JsonDialect::Exact, JsonDialect::Mormot] {
+        for (born, changed) in [
+            ("2020-02-29", "2024-03-04T05:06:07"),
+            ("0001-01-01", "2024-03-04T05:06:07.5"),
+            ("9999-12-31", "2024-03-04T23:59:59.123456789"),
+        ] {
+            let typed = list_of(
+                Value::Date(crate::datetime::parse_date(born).expect("date")),
+                Value::DateTime(parse_datetime(changed).expect("date-time")),
+                dialect,
+            )?;
+            assert_eq!(list_of(text(born), text(changed), dialect)?, typed);
+        }
+        // Shaped like them but no date or time: refused as before.
+        for (born, changed) in [
+            ("2021-02-29", "2024-03-04T05:06:07"),
+            ("2020-13-01", "2024-03-04T05:06:07"),
+            ("2020-01-01", "2024-02-30T05:06:07"),
+            ("2020-01-01", "2024-03-04T24:00:00"),
+            ("2020-01-01", "2024-03-04T05:60:00"),
+        ] {
+            assert!(
+                list_of(text(born), text(changed), dialect).is_err(),
+                "{born} {changed}"
+            );
+        }
+    }
+    Ok(())
+}
