@@ -645,7 +645,7 @@ fn write_list(
         _ => None,
     };
     if let (true, Some(desc), None) = (large, by_id, sh.tx) {
-        return stream_list(sh, req, t, cols, select, desc, first);
+        return stream_list(sh, req, t, cols, select, desc);
     }
     let mut body = Vec::with_capacity(1024);
     let mut w = ListWriter::begin(&mut body, t, cols, compact(sh, req), dialect(req));
@@ -662,6 +662,16 @@ fn first_page_rows(piece_bytes: usize) -> u64 {
     (piece_bytes as u64 / 100).clamp(1, MAX_PAGE_ROWS)
 }
 
+/// The first piece of a streamed list, and the most later ones grow to
+/// (doubling), when [`ServerBuilder::list_piece_bytes`] allows. The client
+/// reads one piece while the server reads and writes the next: a small
+/// first piece starts it early, and pieces small beside the list keep the
+/// client's work on the last one (which nothing overlaps) short.
+///
+/// [`ServerBuilder::list_piece_bytes`]: crate::ServerBuilder::list_piece_bytes
+const FIRST_PIECE: usize = 16 * 1024;
+const STREAM_PIECE: usize = 128 * 1024;
+
 /// Rows of one page at most, whatever their size: a page's work stays
 /// short however small its rows.
 const MAX_PAGE_ROWS: u64 = 10_000;
@@ -674,8 +684,8 @@ fn stream_list(
     cols: &[Column],
     select: &Select,
     desc: bool,
-    first: u64,
 ) -> Outcome {
+    let piece = sh.list_piece_bytes.min(FIRST_PIECE);
     let mut pages = ListPages {
         sh: sh.sh.clone(),
         table: t,
@@ -686,7 +696,8 @@ fn stream_list(
         last: None,
         left: select.limit,
         rows: 0,
-        page_rows: first,
+        page_rows: first_page_rows(piece),
+        piece,
         compact: compact(sh, req),
         dialect: dialect(req),
         done: false,
@@ -717,6 +728,8 @@ struct ListPages {
     /// Rows written.
     rows: usize,
     page_rows: u64,
+    /// The size the next page stops at.
+    piece: usize,
     compact: bool,
     dialect: JsonDialect,
     done: bool,
@@ -762,7 +775,7 @@ impl ListPages {
         let before = w.rows();
         let mut last = self.last;
         let mut more = false;
-        let piece = self.sh.list_piece_bytes;
+        let piece = self.piece;
         self.sh.client.route(t)?.select(t, &select, &mut |row| {
             // A page ends at its row count, or once it holds a piece (rows
             // larger than guessed), one row at least: the rest is read again
@@ -786,8 +799,9 @@ impl ListPages {
             self.done = true;
         } else if let Some(per_row) = ((out.len() - start) as u64).checked_div(got) {
             // The next page: about a piece's worth of rows like these.
-            self.page_rows =
-                (self.sh.list_piece_bytes as u64 / per_row.max(1)).clamp(1, MAX_PAGE_ROWS);
+            let most = self.sh.list_piece_bytes.min(STREAM_PIECE).max(self.piece);
+            self.piece = (self.piece * 2).min(most);
+            self.page_rows = (self.piece as u64 / per_row.max(1)).clamp(1, MAX_PAGE_ROWS);
         }
         Ok(())
     }
@@ -801,7 +815,7 @@ impl BodyStream for ListPages {
             }
             // A page may scan much of a table, and wait for the engine's
             // lock: it runs off the event loop.
-            let mut out = Vec::with_capacity(self.sh.list_piece_bytes.min(1 << 22) + 1024);
+            let mut out = Vec::with_capacity(self.piece.min(1 << 22) + 1024);
             match crate::server::aside(|| self.page(&mut out)) {
                 Ok(()) => Some(Ok(out)),
                 Err(e) => {

@@ -368,9 +368,11 @@ impl ServerBuilder {
         self
     }
 
-    /// The size of the pieces a large list is read and written in (default
-    /// 1 MiB, at least 1 byte): a list answer holds about one piece in memory
-    /// at a time (one row at least), whatever its length. See the module
+    /// The most a piece of a large list, read and written at once, holds
+    /// (default 1 MiB, at least 1 byte): a list answer holds about one piece
+    /// in memory at a time (one row at least), whatever its length. Pieces
+    /// start at 16 KiB and grow to at most 128 KiB below this bound, so that
+    /// a client reads one while the next is made. See the module
     /// documentation.
     pub fn list_piece_bytes(mut self, n: usize) -> Self {
         self.list_piece_bytes = n.max(1);

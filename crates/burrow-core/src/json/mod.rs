@@ -23,6 +23,7 @@
 //! takes its kind's zero value (see [`zero_value`]).
 
 mod base64;
+mod feed;
 mod read;
 #[cfg(test)]
 mod tests;
@@ -30,6 +31,7 @@ mod timelog;
 mod write;
 
 pub use base64::{base64_decode, base64_encode};
+pub use feed::ListFeed;
 pub use read::{parse_id, parse_list, parse_value, read_members, read_row, zero_value, Reader};
 pub use timelog::{from_timelog, to_timelog};
 pub use write::*;

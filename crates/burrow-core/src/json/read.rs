@@ -182,6 +182,9 @@ const MAX_DEPTH: u32 = 128;
 pub struct Reader<'a> {
     s: &'a str,
     pos: usize,
+    /// Where `s` starts in the whole body, for the positions errors give
+    /// (a list read as it arrives is read from a window of it).
+    base: usize,
     /// The last date-time read and its text: the rows of a batch share their
     /// automatic times, stamped once for all.
     last_datetime: Option<(&'a str, DateTime<Utc>)>,
@@ -190,11 +193,22 @@ pub struct Reader<'a> {
 impl<'a> Reader<'a> {
     /// A reader at the start of `s`.
     pub fn new(s: &'a str) -> Self {
+        Reader::at(s, 0)
+    }
+
+    /// A reader of `s`, which starts `base` bytes into the body.
+    pub(super) fn at(s: &'a str, base: usize) -> Self {
         Reader {
             s,
             pos: 0,
+            base,
             last_datetime: None,
         }
+    }
+
+    /// How far the reader is into `s`.
+    pub(super) fn position(&self) -> usize {
+        self.pos
     }
 
     fn bytes(&self) -> &'a [u8] {
@@ -205,7 +219,10 @@ impl<'a> Reader<'a> {
     #[inline(never)]
     /// A [`Error::BadInput`] saying `what` was expected where the reader stands.
     pub fn fail<T>(&self, what: &str) -> Result<T> {
-        Err(Error::BadInput(format!("{what} at byte {}", self.pos)))
+        Err(Error::BadInput(format!(
+            "{what} at byte {}",
+            self.base + self.pos
+        )))
     }
 
     /// How many bytes are left to read.
@@ -641,6 +658,25 @@ impl<'a> Reader<'a> {
             }
             _ => None,
         }
+    }
+
+    /// [`Reader::field`] into `slot`, whose text buffer a text field reuses:
+    /// a list's rows read into one row spare an allocation a string.
+    pub fn field_into(&mut self, table: &Table, idx: usize, slot: &mut Value) -> Result<()> {
+        if let Value::Text(buf) = slot {
+            if table.fields[idx].kind == FieldKind::Text && self.peek() == Some(b'"') {
+                match self.string()? {
+                    Cow::Borrowed(s) => {
+                        buf.clear();
+                        buf.push_str(s);
+                    }
+                    Cow::Owned(s) => *buf = s,
+                }
+                return Ok(());
+            }
+        }
+        *slot = self.field(table, idx)?;
+        Ok(())
     }
 
     /// The value of field `idx` of `table`, converted to the field's kind.

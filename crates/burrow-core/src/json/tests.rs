@@ -314,3 +314,151 @@ fn base64_round_trips() {
         );
     }
 }
+
+/// Feeds `body` to a [`ListFeed`] in pieces ending at `cuts` (each feed
+/// given what was not consumed, then the next piece), and returns the rows
+/// it handed on, or its error.
+fn feed_in_pieces(body: &[u8], cuts: &[usize]) -> Result<Vec<OwnedRow>> {
+    let mut feed = ListFeed::new(&T);
+    let mut rows = Vec::new();
+    let mut out = |r: &dyn crate::record::Row| -> Result<()> {
+        rows.push(OwnedRow::from_row(&T, r)?);
+        Ok(())
+    };
+    let mut from = 0;
+    for &cut in cuts.iter().chain([body.len()].iter()) {
+        let end = cut == body.len();
+        let used = feed.feed(&body[from..cut], end, &mut out)?;
+        assert!(used <= cut - from);
+        from += used;
+        if end {
+            break;
+        }
+    }
+    Ok(rows)
+}
+
+const FEED_BODIES: &[&str] = &[
+    // Expanded, one object leaving fields out (they read as zero values,
+    // not as the row before's), escapes, and text past ASCII cut anywhere.
+    r#"[{"ID":1,"Name":"A \"q\" é ✓","Amount":12.5,"Born":"2020-01-02","Changed":"2024-03-04T05:06:07.25"},{"ID":2,"Amount":7},{"ID":3,"Name":"x","Amount":123456,"Changed":"2024-03-04T05:06:07.25"}]"#,
+    " [ { \"ID\" : 4 , \"Name\" : \"sp\" } , {\"ID\":5} ] \n",
+    "[]",
+    "[]\n",
+    // Compact, as the server writes it; numbers that a cut could shorten.
+    r#"{"fieldCount":3,"values":["ID","Name","Amount","1","a\u00e9",1234.5678,22,"b",99],"rowCount":2}"#,
+    "{\"fieldCount\":2,\"values\":[\"ID\",\"Amount\",10,1,11,22],\"rowCount\":2}\n",
+    r#"{"fieldCount":2,"values":["ID","Name"],"rowCount":0}"#,
+    // Members in another order: read whole at the end.
+    r#"{"rowCount":1,"fieldCount":2,"values":["ID","Name",5,"z"]}"#,
+    r#"{"values":["ID","Name",5,"z"],"fieldCount":2}"#,
+];
+
+#[test]
+fn a_list_fed_in_pieces_reads_as_the_whole_body() -> Result<()> {
+    for body in FEED_BODIES {
+        let b = body.as_bytes();
+        let whole = parse_list(&T, b)?;
+        assert_eq!(feed_in_pieces(b, &[])?, whole, "{body}");
+        for cut in 0..=b.len() {
+            assert_eq!(feed_in_pieces(b, &[cut])?, whole, "{body} cut at {cut}");
+        }
+        let every: Vec<usize> = (0..b.len()).collect();
+        assert_eq!(feed_in_pieces(b, &every)?, whole, "{body} byte by byte");
+    }
+    Ok(())
+}
+
+#[test]
+fn a_bad_or_cut_list_fed_in_pieces_fails_as_the_whole_body() {
+    let mut bodies: Vec<Vec<u8>> = Vec::new();
+    for body in FEED_BODIES {
+        // Every truncation, and every byte replaced by one that breaks it.
+        for n in 0..body.len() {
+            bodies.push(body.as_bytes()[..n].to_vec());
+            for bad in [b'"', b'}', b']', b',', b'x', 0xff] {
+                let mut b = body.as_bytes().to_vec();
+                b[n] = bad;
+                bodies.push(b);
+            }
+        }
+    }
+    bodies.extend(
+        [
+            &b"[1]"[..],
+            b"[{\"ID\":1}]]",
+            b"[{\"Nope\":1}]",
+            b"{\"fieldCount\":2,\"values\":[\"ID\",\"Name\",1]}",
+            b"{\"fieldCount\":0,\"values\":[]}",
+            b"{\"fieldCount\":1,\"values\":[\"ID\",1],\"values\":[\"ID\",2]}",
+            b"{\"fieldCount\":1,\"values\":[\"ID\",-1]}",
+            b"{\"fieldCount\":1,\"values\":[\"ID\",1]} x",
+            b"",
+        ]
+        .map(<[u8]>::to_vec),
+    );
+    for b in &bodies {
+        let whole = parse_list(&T, b);
+        for cuts in [vec![], vec![b.len() / 2], (0..b.len()).collect()] {
+            let fed = feed_in_pieces(b, &cuts);
+            let text = String::from_utf8_lossy(b);
+            match (&whole, &fed) {
+                (Ok(w), Ok(f)) => assert_eq!(w, f, "{text}"),
+                (Err(_), Err(_)) => {}
+                // A second values member the whole reader takes (the last
+                // wins) is refused once the first one's rows went out.
+                (Ok(_), Err(e)) if text.matches("\"values\"").count() > 1 => {
+                    assert!(e.to_string().contains("two values"), "{e}")
+                }
+                _ => panic!("{text}: whole {whole:?}, in pieces {fed:?}"),
+            }
+        }
+    }
+}
+
+/// What a compact list of one row of `T` whose Born and Changed hold `born`
+/// and `changed` writes, or its error.
+fn list_of(born: Value, changed: Value, dialect: JsonDialect) -> Result<String> {
+    let mut r = row();
+    r.values[2] = born;
+    r.values[3] = changed;
+    let cols = [Column::Id, Column::Field(2), Column::Field(3)];
+    let mut out = Vec::new();
+    let mut w = ListWriter::begin(&mut out, &T, &cols, true, dialect);
+    w.row(&mut out, &r)?;
+    w.finish(&mut out);
+    Ok(String::from_utf8(out).expect("UTF-8"))
+}
+
+#[test]
+fn stored_dates_in_the_written_form_are_written_as_parsed_ones_are() -> Result<()> {
+    let text = |s: &str| Value::Text(s.into());
+    for dialect in [JsonDialect::Exact, JsonDialect::Mormot] {
+        for (born, changed) in [
+            ("2020-02-29", "2024-03-04T05:06:07"),
+            ("0001-01-01", "2024-03-04T05:06:07.5"),
+            ("9999-12-31", "2024-03-04T23:59:59.123456789"),
+        ] {
+            let typed = list_of(
+                Value::Date(crate::datetime::parse_date(born).expect("date")),
+                Value::DateTime(parse_datetime(changed).expect("date-time")),
+                dialect,
+            )?;
+            assert_eq!(list_of(text(born), text(changed), dialect)?, typed);
+        }
+        // Shaped like them but no date or time: refused as before.
+        for (born, changed) in [
+            ("2021-02-29", "2024-03-04T05:06:07"),
+            ("2020-13-01", "2024-03-04T05:06:07"),
+            ("2020-01-01", "2024-02-30T05:06:07"),
+            ("2020-01-01", "2024-03-04T24:00:00"),
+            ("2020-01-01", "2024-03-04T05:60:00"),
+        ] {
+            assert!(
+                list_of(text(born), text(changed), dialect).is_err(),
+                "{born} {changed}"
+            );
+        }
+    }
+    Ok(())
+}

@@ -7,7 +7,9 @@ use std::fmt::Write as _;
 use chrono::{DateTime, Datelike, NaiveDate, Timelike, Utc};
 
 use crate::currency::{Currency, CURRENCY_SCALE};
-use crate::datetime::{write_date, write_datetime, DATETIME_BUF};
+use crate::datetime::{
+    is_written_date, is_written_datetime, write_date, write_datetime, DATETIME_BUF,
+};
 use crate::error::Result;
 use crate::record::{ConvertError, FieldType, Fields, Row};
 use crate::schema::{AutoTime, Column, Field, FieldKind, Table};
@@ -361,11 +363,56 @@ fn write_stored(
     dialect: JsonDialect,
 ) -> Result<()> {
     let field = &table.fields[idx];
+    if let ValueRef::Text(t) = v {
+        if stored_as_written(field, t, dialect) {
+            out.push(b'"');
+            out.extend_from_slice(t.as_bytes());
+            out.push(b'"');
+            return Ok(());
+        }
+    }
     // Converted once: the check and the writer then see the typed value.
     let v = typed(Some(field), v);
     check_stored(field, &v).map_err(|e| e.at(table, idx))?;
     write_value(out, Some(field), &v, dialect);
     Ok(())
+}
+
+/// Whether `t`, the text an engine stored for a date or date-time `field`,
+/// is the very text [`write_value`] writes for it under `dialect`, so that
+/// it is written as it is: parsing it and writing it again (most of a list's
+/// cost on the server, two date-times a row) gives it back. A valid date
+/// and time in the form this module writes, a time to the second unless
+/// every fraction is written ([`JsonDialect::Exact`]), and not an automatic
+/// time where mORMot's TimeLog integer is written instead.
+fn stored_as_written(field: &Field, t: &str, dialect: JsonDialect) -> bool {
+    let b = t.as_bytes();
+    let date_ok = |b: &[u8]| {
+        is_written_date(&t[..10]) && {
+            let n = |at: usize, len: usize| {
+                b[at..at + len]
+                    .iter()
+                    .fold(0u32, |v, d| v * 10 + u32::from(d - b'0'))
+            };
+            NaiveDate::from_ymd_opt(n(0, 4) as i32, n(5, 2), n(8, 2)).is_some()
+        }
+    };
+    match field.kind {
+        FieldKind::Date => b.len() == 10 && date_ok(b),
+        FieldKind::DateTime => {
+            let form = match dialect {
+                JsonDialect::Exact => is_written_datetime(t),
+                JsonDialect::Mormot => {
+                    field.auto == AutoTime::No && b.len() == 19 && is_written_datetime(t)
+                }
+            };
+            form && date_ok(b)
+                && (b[11] - b'0') * 10 + (b[12] - b'0') < 24
+                && (b[14] - b'0') * 10 + (b[15] - b'0') < 60
+                && (b[17] - b'0') * 10 + (b[18] - b'0') < 60
+        }
+        _ => false,
+    }
 }
 
 /// Whether a stored value reads as a value of its field, by the conversion a

@@ -86,7 +86,7 @@ impl Link<'_> {
         } else {
             Body::Bytes(&whole)
         };
-        self.call_with("PUT", "Batch", body, waiting)
+        self.call_with("PUT", "Batch", body, waiting, None)
     }
 
     /// Writes the body of a batch request for `items` into `body`, handing

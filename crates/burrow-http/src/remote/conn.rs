@@ -177,12 +177,20 @@ fn write_parts(stream: &mut Stream, mut head: &[u8], mut body: &[u8]) -> std::io
     stream.write_all(body)
 }
 
+/// Takes the body of a 200 answer as it arrives, instead of the [`Reply`]:
+/// given the bytes it has not taken yet followed by those that came since,
+/// and `true` once they are the rest of the body, it returns how many it
+/// takes (the others are given again, with more behind them).
+pub(super) type Sink<'a> = dyn FnMut(&[u8], bool) -> Result<usize> + 'a;
+
 /// Writes a request and reads its response; the flag says whether the
-/// connection can be kept.
+/// connection can be kept. With a `sink`, the body of a 200 answer goes to
+/// it as it arrives, and the reply's body is empty.
 pub(super) fn exchange(
     c: &mut Conn,
     req: Request<'_>,
     waiting: &mut dyn FnMut(),
+    sink: Option<&mut Sink<'_>>,
 ) -> std::result::Result<(Reply, bool), Retry> {
     c.buf.clear();
     if let Err(e) = write_request(&mut c.stream, req) {
@@ -211,7 +219,15 @@ pub(super) fn exchange(
                     c.buf.drain(..head);
                     continue;
                 }
-                let body = if framing.chunked {
+                let body = if let Some(sink) = sink.filter(|_| status == 200) {
+                    c.buf.drain(..head);
+                    let framed = match framing.chunked {
+                        true => Framed::Size,
+                        false => Framed::Data(len),
+                    };
+                    feed_body(c, framed, sink).map_err(Retry::No)?;
+                    Vec::new()
+                } else if framing.chunked {
                     // A large answer (a long list) comes in pieces.
                     c.buf.drain(..head);
                     read_chunked(c).map_err(Retry::No)?
@@ -248,6 +264,91 @@ pub(super) fn exchange(
                 )))
             }
         }
+    }
+}
+
+/// Where a body being read stands.
+#[derive(Clone, Copy)]
+enum Framed {
+    /// This many bytes of data still to come (of the body, or of a chunk).
+    Data(usize),
+    /// The line break after a chunk's data.
+    DataEnd,
+    /// A chunk's size line.
+    Size,
+    /// After the last chunk: trailers, if any, then a blank line.
+    Trailers,
+}
+
+/// Reads a body from the start of `c.buf` (chunked when `framed` starts at
+/// [`Framed::Size`], else of the length in [`Framed::Data`]), handing its
+/// bytes to `sink` after each read. Only what came is kept: the sizes the
+/// server announces are not taken on trust.
+fn feed_body(c: &mut Conn, mut framed: Framed, sink: &mut Sink<'_>) -> Result<()> {
+    let malformed = || Error::engine(ENGINE, "a malformed chunked response");
+    let chunked = matches!(framed, Framed::Size);
+    // The body's bytes the sink has not taken yet.
+    let mut body = Vec::new();
+    loop {
+        let mut at = 0;
+        let done = loop {
+            let rest = &c.buf[at..];
+            match framed {
+                Framed::Data(0) if !chunked => break true,
+                Framed::Data(0) => framed = Framed::DataEnd,
+                Framed::Data(n) => {
+                    let take = n.min(rest.len());
+                    if take == 0 {
+                        break false;
+                    }
+                    body.extend_from_slice(&rest[..take]);
+                    at += take;
+                    framed = Framed::Data(n - take);
+                }
+                Framed::DataEnd => match rest.get(..2) {
+                    None => break false,
+                    Some(b"\r\n") => {
+                        at += 2;
+                        framed = Framed::Size;
+                    }
+                    Some(_) => return Err(malformed()),
+                },
+                Framed::Size => match httparse::parse_chunk_size(rest) {
+                    Ok(httparse::Status::Complete((start, 0))) => {
+                        at += start;
+                        framed = Framed::Trailers;
+                    }
+                    Ok(httparse::Status::Complete((start, size))) => {
+                        at += start;
+                        framed = Framed::Data(usize::try_from(size).map_err(|_| malformed())?);
+                    }
+                    Ok(httparse::Status::Partial) => break false,
+                    Err(_) => return Err(malformed()),
+                },
+                Framed::Trailers => {
+                    if rest.starts_with(b"\r\n") {
+                        at += 2;
+                        break true;
+                    }
+                    match rest.windows(4).position(|w| w == b"\r\n\r\n") {
+                        Some(p) => {
+                            at += p + 4;
+                            break true;
+                        }
+                        None => break false,
+                    }
+                }
+            }
+        };
+        c.buf.drain(..at);
+        if done || !body.is_empty() {
+            let used = sink(&body, done)?;
+            body.drain(..used.min(body.len()));
+        }
+        if done {
+            return Ok(());
+        }
+        read_more(c)?;
     }
 }
 
@@ -394,20 +495,26 @@ fn closed() -> Error {
     Error::engine(ENGINE, "the server closed the connection")
 }
 
+/// How much one read asks for: a long answer comes in few system calls.
+const READ_SIZE: usize = 64 * 1024;
+
 fn read_more(c: &mut Conn) -> Result<()> {
-    let mut chunk = [0u8; 16 * 1024];
-    let n = c.stream.read(&mut chunk)?;
-    if n == 0 {
-        return Err(closed());
+    let len = c.buf.len();
+    c.buf.resize(len + READ_SIZE, 0);
+    let n = c.stream.read(&mut c.buf[len..]);
+    c.buf.truncate(len + *n.as_ref().unwrap_or(&0));
+    match n? {
+        0 => Err(closed()),
+        _ => Ok(()),
     }
-    c.buf.extend_from_slice(&chunk[..n]);
-    Ok(())
 }
 
 #[cfg(test)]
 mod test {
-    use super::{write_request, Body, Request, Spin, Stream, LATE_ANSWERS, PROBE_EVERY};
-    use std::io::Read;
+    use super::{
+        exchange, write_request, Body, Conn, Request, Spin, Stream, LATE_ANSWERS, PROBE_EVERY,
+    };
+    use std::io::{Read, Write};
     use std::net::{TcpListener, TcpStream};
     use std::time::Duration;
 
@@ -445,6 +552,81 @@ mod test {
         // Shorter: an error, so that the connection is dropped rather than
         // left waiting for the rest.
         assert_eq!(streamed(5, &[b"ab"]), (false, b"HEAD|ab".to_vec()));
+    }
+
+    /// The body bytes a sink is handed for `answer` (written in pieces of
+    /// `step` bytes, then the connection closed), or the exchange's error.
+    fn sunk(answer: &[u8], step: usize) -> Result<Vec<u8>, String> {
+        let listener = TcpListener::bind("127.0.0.1:0").expect("bind");
+        let tcp = TcpStream::connect(listener.local_addr().expect("addr")).expect("connect");
+        let (mut server, _) = listener.accept().expect("accept");
+        let answer = answer.to_vec();
+        let writer = std::thread::spawn(move || {
+            // Read first: closing with the request unread would reset the
+            // connection rather than end it.
+            let mut request = [0u8; 64];
+            let _ = server.read(&mut request);
+            for piece in answer.chunks(step) {
+                if server.write_all(piece).is_err() {
+                    return;
+                }
+                std::thread::sleep(Duration::from_micros(200));
+            }
+        });
+        let mut c = Conn {
+            stream: Stream::Plain(tcp),
+            buf: Vec::new(),
+            reused: false,
+            spin: Spin::new(Duration::ZERO),
+        };
+        let mut got = Vec::new();
+        let mut ends = 0;
+        let mut sink = |data: &[u8], end: bool| -> burrow_core::Result<usize> {
+            // Takes all but the last byte until the end, as a reader waiting
+            // for the rest of a row does.
+            ends += usize::from(end);
+            let n = if end {
+                data.len()
+            } else {
+                data.len().saturating_sub(1)
+            };
+            got.extend_from_slice(&data[..n]);
+            Ok(n)
+        };
+        let req = Request {
+            head: b"GET / HTTP/1.1\r\n\r\n",
+            body: Body::Bytes(b""),
+        };
+        let r = exchange(&mut c, req, &mut || {}, Some(&mut sink));
+        writer.join().expect("writer");
+        match r {
+            Ok((reply, _)) => {
+                assert_eq!((reply.status, ends), (200, 1));
+                Ok(got)
+            }
+            Err(e) => Err(e.into_error().to_string()),
+        }
+    }
+
+    #[test]
+    fn a_sink_gets_the_body_whole_and_once_at_its_end_or_an_error() {
+        let chunked = b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n5\r\nhello\r\n1;x=y\r\n \r\n6\r\nworld!\r\n0\r\nT: 1\r\n\r\n";
+        let sized = b"HTTP/1.1 200 OK\r\nContent-Length: 12\r\n\r\nhello world!";
+        for step in [1, 2, 7, 1000] {
+            assert_eq!(sunk(chunked, step).as_deref(), Ok(&b"hello world!"[..]));
+            assert_eq!(sunk(sized, step).as_deref(), Ok(&b"hello world!"[..]));
+        }
+        // Cut short, or framed wrong: an error, not a shorter body. A chunk
+        // announced larger than what comes is not waited for past the close.
+        for bad in [
+            &chunked[..chunked.len() - 3],
+            &sized[..sized.len() - 1],
+            b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n5\r\nhelloXX0\r\n\r\n",
+            b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\nzz\r\n",
+            b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\nffffffffffff\r\nab",
+        ] {
+            assert!(sunk(bad, 3).is_err(), "{}", String::from_utf8_lossy(bad));
+        }
     }
 
     #[test]

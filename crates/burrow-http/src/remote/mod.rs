@@ -48,7 +48,7 @@ use std::time::Duration;
 use burrow_core::driver::CacheScope;
 use burrow_core::{Error, OrmCache, Result};
 
-use conn::{Body, Conn, Request, SMALL_BODY};
+use conn::{Body, Conn, Request, Sink, SMALL_BODY};
 use login::Credentials;
 use reply::Reply;
 use tx::TxLine;
@@ -311,7 +311,7 @@ struct Link<'a> {
 impl Link<'_> {
     /// Sends one request; `path` is relative to the root (`Sample/1?…`).
     fn call(&self, method: &str, path: &str, body: &[u8]) -> Result<Reply> {
-        self.call_with(method, path, Body::Bytes(body), &mut || {})
+        self.call_with(method, path, Body::Bytes(body), &mut || {}, None)
     }
 
     /// [`Link::call`], running `waiting` once the request is sent and
@@ -322,6 +322,7 @@ impl Link<'_> {
         path: &str,
         body: Body<'_>,
         waiting: &mut dyn FnMut(),
+        sink: Option<&mut Sink<'_>>,
     ) -> Result<Reply> {
         let len = match body {
             Body::Bytes(b) => b.len(),
@@ -342,8 +343,8 @@ impl Link<'_> {
             _ => Request { head: &head, body },
         };
         match self.tx {
-            Some(line) => line.send(&self.engine.cache, req, waiting),
-            None => self.engine.pooled(req, method == "GET", waiting),
+            Some(line) => line.send(&self.engine.cache, req, waiting, sink),
+            None => self.engine.pooled(req, method == "GET", waiting, sink),
         }
     }
 

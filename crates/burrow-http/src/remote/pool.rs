@@ -9,7 +9,7 @@ use std::sync::PoisonError;
 
 use burrow_core::Result;
 
-use super::conn::{Conn, Request, Spin, Stream};
+use super::conn::{Conn, Request, Sink, Spin, Stream};
 use super::reply::Reply;
 use super::RemoteEngine;
 
@@ -55,9 +55,10 @@ impl RemoteEngine {
         req: Request<'_>,
         replayable: bool,
         waiting: &mut dyn FnMut(),
+        sink: Option<&mut Sink<'_>>,
     ) -> Result<Reply> {
         let mut conn = self.take_conn(replayable)?;
-        let (reply, keep) = self.exchange_or_again(&mut conn, req, replayable, waiting)?;
+        let (reply, keep) = self.exchange_or_again(&mut conn, req, replayable, waiting, sink)?;
         if keep {
             self.put_back(conn);
         }

@@ -6,7 +6,7 @@
 
 use burrow_core::{Error, Result};
 
-use super::conn::{exchange, Conn, Request};
+use super::conn::{exchange, Conn, Request, Sink};
 use super::reply::Reply;
 use super::{RemoteEngine, ENGINE};
 
@@ -56,12 +56,15 @@ impl RemoteEngine {
         req: Request<'_>,
         replayable: bool,
         waiting: &mut dyn FnMut(),
+        mut sink: Option<&mut Sink<'_>>,
     ) -> Result<(Reply, bool)> {
-        match exchange(conn, req, waiting) {
+        // A failure that allows another try came before any byte of the
+        // answer: the sink has not been given anything.
+        match exchange(conn, req, waiting, sink.as_deref_mut()) {
             Ok(r) => Ok(r),
             Err(e) if conn.reused && e.again(replayable) => {
                 *conn = self.open_conn()?;
-                exchange(conn, req, waiting).map_err(Retry::into_error)
+                exchange(conn, req, waiting, sink).map_err(Retry::into_error)
             }
             Err(e) => Err(e.into_error()),
         }

@@ -10,6 +10,7 @@ use burrow_core::{
     RowOps, Select, SqlHost, Storage, Table, Value,
 };
 
+use super::conn::{Body, Sink};
 use super::render::{inline_sql, render_filter, render_tail};
 use super::reply::{first_cell, found, parse_object};
 use super::tx::RemoteTx;
@@ -17,7 +18,8 @@ use super::{Link, RemoteEngine, ENGINE};
 use crate::web::wire::percent_encode;
 
 impl Link<'_> {
-    fn list(&self, table: &'static Table, columns: &str, select: &Select) -> Result<Vec<u8>> {
+    /// The path of a list of `columns`.
+    fn list_path(table: &'static Table, columns: &str, select: &Select) -> Result<String> {
         let mut path = format!("{}?select=", table.name);
         percent_encode(columns, &mut path);
         let tail = render_tail(table, select)?;
@@ -25,11 +27,47 @@ impl Link<'_> {
             path.push_str("&where=");
             percent_encode(&tail, &mut path);
         }
-        let r = self.call("GET", &path, b"")?;
+        Ok(path)
+    }
+
+    fn list(&self, table: &'static Table, columns: &str, select: &Select) -> Result<Vec<u8>> {
+        let r = self.call("GET", &Self::list_path(table, columns, select)?, b"")?;
         if r.status != 200 {
             return Err(r.error(Some(table)));
         }
         Ok(r.body)
+    }
+
+    /// Sends a GET answered by a list of `table`, and hands its rows to
+    /// `out` as they arrive: the rows at the start of a long list are read
+    /// while the server still writes its end.
+    fn rows(
+        &self,
+        table: &'static Table,
+        path: &str,
+        body: &[u8],
+        out: &mut dyn FnMut(&dyn Row) -> Result<()>,
+    ) -> Result<()> {
+        let mut feed = json::ListFeed::new(table);
+        // The first error, from the list or from `out`. The rest of the body
+        // is still read (and dropped), so that the connection (and the
+        // transaction on it) outlives a failed list, as with a whole body.
+        let mut failed = None;
+        let mut sink = |data: &[u8], end: bool| -> Result<usize> {
+            if failed.is_none() {
+                match feed.feed(data, end, out) {
+                    Ok(used) => return Ok(used),
+                    Err(e) => failed = Some(e),
+                }
+            }
+            Ok(data.len())
+        };
+        let sink: &mut Sink<'_> = &mut sink;
+        let r = self.call_with("GET", path, Body::Bytes(body), &mut || {}, Some(sink))?;
+        if r.status != 200 {
+            return Err(r.error(Some(table)));
+        }
+        failed.map_or(Ok(()), Err)
     }
 
     pub(super) fn sql_select(
@@ -40,14 +78,7 @@ impl Link<'_> {
         out: &mut dyn FnMut(&dyn Row) -> Result<()>,
     ) -> Result<()> {
         let text = inline_sql(sql, params)?;
-        let r = self.call("GET", "", text.as_bytes())?;
-        if r.status != 200 {
-            return Err(r.error(Some(table)));
-        }
-        for row in json::parse_list(table, &r.body)? {
-            out(&row)?;
-        }
-        Ok(())
+        self.rows(table, "", text.as_bytes(), out)
     }
 }
 
@@ -138,11 +169,7 @@ impl RowOps for Link<'_> {
         select: &Select,
         out: &mut dyn FnMut(&dyn Row) -> Result<()>,
     ) -> Result<()> {
-        let body = self.list(table, "*", select)?;
-        for row in json::parse_list(table, &body)? {
-            out(&row)?;
-        }
-        Ok(())
+        self.rows(table, &Self::list_path(table, "*", select)?, b"", out)
     }
 
     fn count(&self, table: &'static Table, filter: &Filter) -> Result<u64> {

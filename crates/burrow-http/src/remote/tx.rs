@@ -10,7 +10,7 @@ use std::sync::Arc;
 use burrow_core::driver::TxWrites;
 use burrow_core::{EngineTx, Error, OrmCache, Result, Row, SqlHost, Table, Value};
 
-use super::conn::{exchange, Body, Conn, Request};
+use super::conn::{exchange, Body, Conn, Request, Sink};
 use super::reply::Reply;
 use super::retry::Retry;
 use super::{Link, RemoteEngine, ENGINE};
@@ -31,12 +31,13 @@ impl TxLine {
         cache: &OrmCache,
         req: Request<'_>,
         waiting: &mut dyn FnMut(),
+        sink: Option<&mut Sink<'_>>,
     ) -> Result<Reply> {
         let mut slot = self.conn.borrow_mut();
         let Some(conn) = slot.as_mut() else {
             return Err(lost());
         };
-        let r = exchange(conn, req, waiting);
+        let r = exchange(conn, req, waiting, sink);
         if !r.as_ref().is_ok_and(|(_, keep)| *keep) {
             // Never sent again on another connection: the transaction is gone
             // with this one.
@@ -77,7 +78,7 @@ impl RemoteTx {
         };
         // A BEGIN that ran on a connection now gone ended with it: sending it
         // again is safe.
-        let (reply, keep) = engine.exchange_or_again(&mut conn, req, true, &mut || {})?;
+        let (reply, keep) = engine.exchange_or_again(&mut conn, req, true, &mut || {}, None)?;
         if reply.status != 200 {
             if keep {
                 engine.put_back(conn);
@@ -121,7 +122,7 @@ impl RemoteTx {
             head: &head,
             body: Body::Bytes(b""),
         };
-        let r = exchange(&mut conn, req, &mut || {}).map_err(Retry::into_error);
+        let r = exchange(&mut conn, req, &mut || {}, None).map_err(Retry::into_error);
         let committed = verb == "END" && matches!(&r, Ok((reply, _)) if reply.status == 200);
         self.line.writes.end(&self.engine.cache, committed);
         let (reply, keep) = r?;
