@@ -237,6 +237,46 @@ fn memory_and_rollback_files_keep_one_connection() -> Res {
     Ok(())
 }
 
+/// A backup of a WAL file taken while readers read holds what was
+/// committed, and after a restore through the engine the readers read the
+/// restored state.
+#[test]
+fn readers_read_through_a_backup_and_a_restore() -> Res {
+    let dir = tempfile::tempdir()?;
+    let (db, engine) = open(wal(&dir.path().join("b.db"), true))?;
+    let db = Arc::new(db);
+    for i in 0..10 {
+        db.add(&mut account(&format!("o{i}"), i))?;
+    }
+    let counts = |db: &Arc<Database>| -> Vec<u64> {
+        std::thread::scope(|s| {
+            let hs: Vec<_> = (0..3)
+                .map(|_| s.spawn(|| db.count::<Account>("", &[]).unwrap()))
+                .collect();
+            hs.into_iter().map(|h| h.join().unwrap()).collect()
+        })
+    };
+    assert_eq!(counts(&db), vec![10; 3]);
+    let copy = dir.path().join("copy.db");
+    std::thread::scope(|s| {
+        s.spawn(|| {
+            for _ in 0..200 {
+                assert_eq!(db.count::<Account>("", &[]).unwrap(), 10);
+            }
+        });
+        engine.backup(&copy).unwrap();
+    });
+    for i in 10..15 {
+        db.add(&mut account(&format!("o{i}"), i))?;
+    }
+    assert_eq!(counts(&db), vec![15; 3]);
+    engine.restore(&copy)?;
+    assert_eq!(counts(&db), vec![10; 3]);
+    assert!(db.get::<Account>(11)?.is_none());
+    assert_eq!(db.retrieve::<Account>(10)?.balance, 9);
+    Ok(())
+}
+
 #[derive(Record, Debug, Clone, PartialEq)]
 #[burrow(crate = "burrow_core")]
 struct Pet {
