@@ -1,23 +1,28 @@
 //! By-ID reads from several threads sharing one engine: what each engine's
-//! concurrency model gives. The SQLite engine serves every call through one
-//! connection behind a lock, so threads take turns; the memory engine takes a
-//! readers-writer lock, so readers run side by side.
+//! concurrency model gives. The SQLite engine serves a private in-memory
+//! database through one connection behind a lock, so threads take turns; on
+//! a file in WAL mode it reads outside transactions through a pool of reader
+//! connections; the memory engine takes a readers-writer lock, so readers run
+//! side by side.
 
+use std::path::Path;
 use std::sync::Arc;
 use std::time::Instant;
 
 use burrow::chrono::Utc;
 use burrow::memory::MemoryEngine;
-use burrow::sqlite::SqliteEngine;
+use burrow::sqlite::{SqliteEngine, Synchronous};
 use burrow::{Batch, Database, Model, Orm, Storage};
 
 use crate::sample::{make_all, verify_read, Sample};
+use crate::targets::sqlite_options;
 
 /// Thread counts measured.
 pub const THREADS: [usize; 3] = [1, 2, 4];
 
 /// The engines measured, by benchmark ID and title.
-pub const ENGINES: [(&str, &str); 2] = [
+pub const ENGINES: [(&str, &str); 3] = [
+    ("sqlite-file-off", "SQLite file off (WAL, one process)"),
     ("sqlite-mem", "SQLite in memory"),
     ("memory-static", "In memory static"),
 ];
@@ -26,9 +31,18 @@ fn err(e: impl std::fmt::Display) -> String {
     e.to_string()
 }
 
-fn open(id: &str) -> Result<Database, String> {
+/// The engine `id` names; a file goes in `dir`, opened as the engine
+/// benchmark opens its row of the same ID (see [`crate::targets::SHARED_FILE`]).
+fn open(id: &str, dir: &Path) -> Result<Database, String> {
     let engine: Arc<dyn Storage> = match id {
         "sqlite-mem" => Arc::new(SqliteEngine::memory().map_err(err)?),
+        "sqlite-file-off" => {
+            let path = dir.join("concurrency.db");
+            let options = sqlite_options(Some(&path), Synchronous::Off, false)
+                .wal(true)
+                .one_process(true);
+            Arc::new(SqliteEngine::open(options).map_err(err)?)
+        }
         _ => Arc::new(MemoryEngine::new()),
     };
     Database::open(Model::new().with::<Sample>(), engine).map_err(err)
@@ -38,7 +52,8 @@ fn open(id: &str) -> Result<Database, String> {
 /// `repeat`): every thread reads all `n` rows by ID, each starting at a
 /// different row, and every row read is checked.
 pub fn by_one(id: &str, n: usize, repeat: usize) -> Result<Vec<f64>, String> {
-    let client = open(id)?;
+    let dir = tempfile::tempdir().map_err(err)?;
+    let client = open(id, dir.path())?;
     let since = Utc::now();
     let mut batch = Batch::new();
     batch.add_all(make_all(n));

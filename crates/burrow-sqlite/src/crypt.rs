@@ -227,10 +227,17 @@ impl SqliteEngine {
                 file.display()
             )));
         }
+        // Readers keyed with the old key could not read a page written
+        // under the new one: all are closed, and kept from reopening until
+        // the new key is theirs.
+        let _closed = self.readers.as_ref().map(|r| r.close_all());
         let m = key.material(&file)?;
         let done = g.conn.key(None::<&CStr>, &m, true);
         wipe(m);
         done.map_err(eng)?;
+        if let Some(r) = &self.readers {
+            r.set_key(Some(key.clone()));
+        }
         g.key = Some(key);
         Ok(())
     }

@@ -66,7 +66,7 @@ pub fn widen_lookaside(conn: &Connection) -> rusqlite::Result<()> {
     }
 }
 
-fn keep(conn: &Connection, sql: &str) -> rusqlite::Result<Statement<'static>> {
+pub(crate) fn keep(conn: &Connection, sql: &str) -> rusqlite::Result<Statement<'static>> {
     let stmt = conn.prepare(sql)?;
     // SAFETY: only the lifetime changes. Per the contract above, the connection
     // outlives the statement at a fixed address and is never used concurrently

@@ -7,20 +7,22 @@
 //!
 //! # Concurrency
 //!
-//! One connection behind a mutex. Every call locks it for the duration of one
-//! statement (or one batch run), so calls from many threads are safe and each is
-//! atomic. A transaction is a value, [`SqliteTx`], handed out by
+//! One writer connection behind a mutex. Every call locks it for the duration
+//! of one statement (or one batch run), so calls from many threads are safe and
+//! each is atomic. A transaction is a value, [`SqliteTx`], handed out by
 //! [`Storage::begin`]: calls made through it run inside it, from any thread;
-//! calls made on the engine while it is open wait for it to end, at most the
+//! writes made on the engine while it is open wait for it to end, at most the
 //! [`SqliteOptions::busy_timeout`] ([`burrow_core::Error::Busy`]). SQLite
 //! serialises writers anyway, and an in-process call takes about a microsecond,
-//! so the lock is held only briefly; the cost of this model is that reads from
-//! several threads do not run in parallel. The benchmark measures it (its
-//! concurrent-read table): on a 2-core machine, 2 or 4 threads reading by ID
-//! through one in-memory engine together read 1.0 to 1.5 times what one thread
-//! does, where the memory engine's readers-writer lock gives 1.3 to 1.5 times.
-//! A pool of reader connections in WAL mode would lift that for read-heavy
-//! multi-threaded loads on files; it is not built yet.
+//! so the lock is held only briefly.
+//!
+//! On a file in WAL mode, reads made on the engine (not through a
+//! transaction) run on a pool of read-only connections instead
+//! ([`SqliteOptions::readers`], which also says what a read sees): threads
+//! read side by side, and a read never waits for the writer or an open
+//! transaction; it sees the last commit. In memory and in rollback-journal
+//! mode everything runs on the one connection, so reads from several threads
+//! take turns. The benchmark measures both (its concurrent-read table).
 //!
 //! # Storage
 //!
@@ -68,6 +70,7 @@ mod backup;
 mod crypt;
 mod hot;
 mod options;
+mod readers;
 pub mod schema;
 pub mod statements;
 mod vtab;
@@ -100,6 +103,10 @@ const ENGINE: &str = "sqlite";
 
 /// The SQLite storage engine. Share it as `Arc<SqliteEngine>`.
 pub struct SqliteEngine {
+    /// The reader connections of a WAL file (see [`SqliteOptions::readers`]);
+    /// declared before `inner` so that they close first, leaving the writer
+    /// the last connection, the one that checkpoints the log on close.
+    readers: Option<readers::Readers>,
     inner: Mutex<Inner>,
     /// Signalled when a transaction ends, waking threads that wait for it.
     tx_ended: Condvar,
@@ -226,7 +233,26 @@ impl SqliteEngine {
         let exposed = Arc::new(vtab::Registry::default());
         conn.create_module(vtab::MODULE, &vtab::BURROW_MODULE, Some(exposed.clone()))
             .map_err(eng)?;
+        let readers = match &options.path {
+            Some(p)
+                if options.wal
+                    && options.locking_mode == LockingMode::Normal
+                    && options.readers != Some(0) =>
+            {
+                Some(readers::Readers::new(
+                    options.readers.unwrap_or_else(readers::default_count),
+                    p.clone(),
+                    (options.one_process && cfg!(unix)).then_some("unix-excl"),
+                    options.busy_timeout,
+                    options.cache_size_kib,
+                    #[cfg(feature = "encryption")]
+                    key.clone(),
+                ))
+            }
+            _ => None,
+        };
         Ok(SqliteEngine {
+            readers,
             exposed,
             inner: Mutex::new(Inner {
                 hot: Vec::new(),
@@ -559,17 +585,21 @@ impl Row for NamedRow<'_, '_> {
     }
 }
 
+/// Where `table` is in `tables`: by address, or by an identical definition
+/// (two versions of a record with the same table name each keep their own
+/// statements).
+fn find_table<T: AsRef<TableSql>>(tables: &[T], table: &Table) -> Option<usize> {
+    tables
+        .iter()
+        .position(|t| std::ptr::eq(t.as_ref().table, table))
+        .or_else(|| tables.iter().position(|t| t.as_ref().table == table))
+}
+
 impl Inner {
     fn table(&mut self, table: &Table) -> Result<usize> {
-        // By address, or by an identical definition: two versions of a record
-        // with the same table name each keep their own statements.
-        self.tables
-            .iter()
-            .position(|t| std::ptr::eq(t.table, table))
-            .or_else(|| self.tables.iter().position(|t| t.table == table))
-            .ok_or_else(|| {
-                Error::UnknownTable(format!("{} is not open in this SQLite engine", table.name))
-            })
+        find_table(&self.tables, table).ok_or_else(|| {
+            Error::UnknownTable(format!("{} is not open in this SQLite engine", table.name))
+        })
     }
 
     fn insert(&mut self, table: &'static Table, id: Option<i64>, row: &dyn Fields) -> Result<i64> {
@@ -714,21 +744,33 @@ impl Inner {
         page: Option<(Option<u64>, u64)>,
         out: &mut dyn FnMut(&rusqlite::Row<'_>) -> Result<()>,
     ) -> Result<()> {
-        let mut stmt = self.conn.prepare_cached(sql).map_err(eng)?;
-        let times = &mut self.last_time;
-        let at = bind_params(&mut stmt, params, times).map_err(eng)?;
-        if let Some((limit, offset)) = page {
-            let limit = limit.map_or(-1, |l| i64::try_from(l).unwrap_or(i64::MAX));
-            let offset = i64::try_from(offset).unwrap_or(i64::MAX);
-            bind(&mut stmt, at, &ValueRef::Int(limit), times).map_err(eng)?;
-            bind(&mut stmt, at + 1, &ValueRef::Int(offset), times).map_err(eng)?;
-        }
-        let mut rows = stmt.raw_query();
-        while let Some(row) = rows.next().map_err(eng)? {
-            out(row)?;
-        }
-        Ok(())
+        query(&self.conn, &mut self.last_time, sql, params, page, out)
     }
+}
+
+/// Runs a read of the engine's own SQL on `conn`, `page` giving the values of
+/// its trailing `LIMIT ? OFFSET ?`.
+fn query(
+    conn: &Connection,
+    times: &mut TimeText,
+    sql: &str,
+    params: &[Value],
+    page: Option<(Option<u64>, u64)>,
+    out: &mut dyn FnMut(&rusqlite::Row<'_>) -> Result<()>,
+) -> Result<()> {
+    let mut stmt = conn.prepare_cached(sql).map_err(eng)?;
+    let at = bind_params(&mut stmt, params, times).map_err(eng)?;
+    if let Some((limit, offset)) = page {
+        let limit = limit.map_or(-1, |l| i64::try_from(l).unwrap_or(i64::MAX));
+        let offset = i64::try_from(offset).unwrap_or(i64::MAX);
+        bind(&mut stmt, at, &ValueRef::Int(limit), times).map_err(eng)?;
+        bind(&mut stmt, at + 1, &ValueRef::Int(offset), times).map_err(eng)?;
+    }
+    let mut rows = stmt.raw_query();
+    while let Some(row) = rows.next().map_err(eng)? {
+        out(row)?;
+    }
+    Ok(())
 }
 
 fn bind_rows(
@@ -789,6 +831,35 @@ struct At<'a> {
     tx: Option<u64>,
 }
 
+impl At<'_> {
+    /// A reader connection for a read of the engine's own (`tx` is `None`)
+    /// on a file with a reader pool; `None` to read on the writer.
+    fn reader(&self) -> Result<Option<readers::ReaderGuard<'_>>> {
+        match (&self.engine.readers, self.tx) {
+            (Some(pool), None) => pool.take().map(Some),
+            _ => Ok(None),
+        }
+    }
+}
+
+/// Reads the row of `id` with a table's by-ID statement.
+fn read_by_id(
+    stmt: &mut Statement<'_>,
+    id: i64,
+    times: &mut TimeText,
+    out: &mut dyn FnMut(&dyn Row) -> Result<()>,
+) -> Result<bool> {
+    bind(stmt, 1, &ValueRef::Int(id), times).map_err(eng)?;
+    let mut rows = stmt.raw_query();
+    match rows.next().map_err(eng)? {
+        Some(row) => {
+            out(&SqlRow(row))?;
+            Ok(true)
+        }
+        None => Ok(false),
+    }
+}
+
 impl RowOps for At<'_> {
     fn insert(&self, table: &'static Table, id: Option<i64>, row: &dyn Fields) -> Result<i64> {
         self.engine.lock(self.tx)?.insert(table, id, row)
@@ -827,19 +898,15 @@ impl RowOps for At<'_> {
         id: i64,
         out: &mut dyn FnMut(&dyn Row) -> Result<()>,
     ) -> Result<bool> {
+        if let Some(mut r) = self.reader()? {
+            let t = r.table(table)?;
+            let (stmt, times) = r.reader().by_id(t);
+            return read_by_id(stmt, id, times, out);
+        }
         let mut g = self.engine.lock(self.tx)?;
         let t = g.table(table)?;
         let Inner { hot, last_time, .. } = &mut *g;
-        let stmt = &mut hot[t].select_by_id;
-        bind(stmt, 1, &ValueRef::Int(id), last_time).map_err(eng)?;
-        let mut rows = stmt.raw_query();
-        match rows.next().map_err(eng)? {
-            Some(row) => {
-                out(&SqlRow(row))?;
-                Ok(true)
-            }
-            None => Ok(false),
-        }
+        read_by_id(&mut hot[t].select_by_id, id, last_time, out)
     }
 
     fn select(
@@ -848,26 +915,47 @@ impl RowOps for At<'_> {
         select: &Select,
         out: &mut dyn FnMut(&dyn Row) -> Result<()>,
     ) -> Result<()> {
+        let mut each = |row: &rusqlite::Row<'_>| out(&SqlRow(row));
+        let page = |paged: bool| paged.then_some((select.limit, select.offset));
+        if let Some(mut g) = self.reader()? {
+            let t = g.table(table)?;
+            let r = g.reader();
+            let (sql, paged) = r.sql(t).select_sql(None, select);
+            let (conn, times) = r.parts();
+            return query(
+                conn,
+                times,
+                &sql,
+                &select.filter.params,
+                page(paged),
+                &mut each,
+            );
+        }
         let mut g = self.engine.lock(self.tx)?;
         let t = g.table(table)?;
         let (sql, paged) = g.tables[t].select_sql(None, select);
-        let page = paged.then_some((select.limit, select.offset));
-        g.query(&sql, &select.filter.params, page, &mut |row| {
-            out(&SqlRow(row))
-        })
+        g.query(&sql, &select.filter.params, page(paged), &mut each)
     }
 
     fn count(&self, table: &'static Table, filter: &Filter) -> Result<u64> {
-        let mut g = self.engine.lock(self.tx)?;
-        g.table(table)?;
         let mut s = String::from("SELECT count(*) FROM ");
         statements::quote(&mut s, table.name);
         statements::write_where(table, filter, &mut s);
         let mut n = 0;
-        g.query(&s, &filter.params, None, &mut |row| {
+        let mut each = |row: &rusqlite::Row<'_>| {
             n = row.get::<_, i64>(0).map_err(eng)? as u64;
             Ok(())
-        })?;
+        };
+        if let Some(mut g) = self.reader()? {
+            g.table(table)?;
+            let r = g.reader();
+            let (conn, times) = r.parts();
+            query(conn, times, &s, &filter.params, None, &mut each)?;
+        } else {
+            let mut g = self.engine.lock(self.tx)?;
+            g.table(table)?;
+            g.query(&s, &filter.params, None, &mut each)?;
+        }
         Ok(n)
     }
 
@@ -877,21 +965,31 @@ impl RowOps for At<'_> {
         column: Column,
         select: &Select,
     ) -> Result<Option<Value>> {
-        let mut g = self.engine.lock(self.tx)?;
-        let t = g.table(table)?;
-        let (sql, paged) = g.tables[t].select_sql(Some(column), select);
-        let page = paged.then_some((select.limit, select.offset));
         let kind = match column {
             Column::Id => FieldKind::I64,
             Column::Field(i) => table.fields[i].kind,
         };
         let mut found = None;
-        g.query(&sql, &select.filter.params, page, &mut |row| {
+        let mut each = |row: &rusqlite::Row<'_>| {
             if found.is_none() {
                 found = Some(typed(kind, from_sql(row.get_ref(0).map_err(eng)?)?));
             }
             Ok(())
-        })?;
+        };
+        let page = |paged: bool| paged.then_some((select.limit, select.offset));
+        let params = &select.filter.params;
+        if let Some(mut g) = self.reader()? {
+            let t = g.table(table)?;
+            let r = g.reader();
+            let (sql, paged) = r.sql(t).select_sql(Some(column), select);
+            let (conn, times) = r.parts();
+            query(conn, times, &sql, params, page(paged), &mut each)?;
+        } else {
+            let mut g = self.engine.lock(self.tx)?;
+            let t = g.table(table)?;
+            let (sql, paged) = g.tables[t].select_sql(Some(column), select);
+            g.query(&sql, params, page(paged), &mut each)?;
+        }
         Ok(found)
     }
 
@@ -941,52 +1039,27 @@ impl SqlHost for At<'_> {
         params: &[Value],
         out: &mut dyn FnMut(&dyn Row) -> Result<()>,
     ) -> Result<()> {
+        // The readers do not see the writer's `temp` schema, where exposed
+        // tables live (and any temporary table made through
+        // `with_connection`): with a table exposed, SQL runs on the writer,
+        // and SQL a reader cannot prepare is tried there too, which also
+        // gives the writer's word on SQL that is wrong.
+        if self.engine.exposed.is_empty() {
+            if let Some(mut g) = self.reader()? {
+                let (conn, times) = g.reader().parts();
+                if let Ok(stmt) = conn.prepare_cached(sql) {
+                    return sql_select_on(stmt, times, table, params, out);
+                }
+            }
+        }
         let mut g = self.engine.lock(self.tx)?;
         let Inner {
             conn, last_time, ..
         } = &mut *g;
-        let mut stmt = conn
+        let stmt = conn
             .prepare_cached(sql)
             .map_err(|e| Error::BadInput(format!("SQL refused: {e}")))?;
-        if !stmt.readonly() {
-            return Err(Error::BadInput(
-                "sql_list runs read-only statements (SELECT) only".into(),
-            ));
-        }
-        if stmt.parameter_count() != params.len() {
-            return Err(Error::BadInput(format!(
-                "the SQL has {} parameter(s), {} given",
-                stmt.parameter_count(),
-                params.len()
-            )));
-        }
-        let names: Vec<String> = stmt.column_names().map(str::to_owned).collect();
-        let find = |want: &str| names.iter().position(|n| n.eq_ignore_ascii_case(want));
-        let id_col = find("ID")
-            .or_else(|| find("rowid"))
-            .ok_or_else(|| Error::BadInput("the SQL result has no ID column".into()))?;
-        let map = table
-            .fields
-            .iter()
-            .map(|f| {
-                find(f.column).or_else(|| find(f.name)).ok_or_else(|| {
-                    Error::BadInput(format!(
-                        "the SQL result has no column for {}.{}",
-                        table.name, f.name
-                    ))
-                })
-            })
-            .collect::<Result<Vec<usize>>>()?;
-        bind_params(&mut stmt, params, last_time).map_err(eng)?;
-        let mut rows = stmt.raw_query();
-        while let Some(row) = rows.next().map_err(eng)? {
-            out(&NamedRow {
-                row,
-                id_col,
-                map: &map,
-            })?;
-        }
-        Ok(())
+        sql_select_on(stmt, last_time, table, params, out)
     }
 
     fn expose(&self, table: &'static Table, engine: Arc<dyn Storage>) -> Result<()> {
@@ -998,6 +1071,55 @@ impl SqlHost for At<'_> {
         }
         self.engine.expose_table(table, engine)
     }
+}
+
+/// Runs `stmt`, the SQL of [`SqlHost::sql_select`], its rows read as `table`'s.
+fn sql_select_on(
+    mut stmt: rusqlite::CachedStatement<'_>,
+    last_time: &mut TimeText,
+    table: &'static Table,
+    params: &[Value],
+    out: &mut dyn FnMut(&dyn Row) -> Result<()>,
+) -> Result<()> {
+    if !stmt.readonly() {
+        return Err(Error::BadInput(
+            "sql_list runs read-only statements (SELECT) only".into(),
+        ));
+    }
+    if stmt.parameter_count() != params.len() {
+        return Err(Error::BadInput(format!(
+            "the SQL has {} parameter(s), {} given",
+            stmt.parameter_count(),
+            params.len()
+        )));
+    }
+    let names: Vec<String> = stmt.column_names().map(str::to_owned).collect();
+    let find = |want: &str| names.iter().position(|n| n.eq_ignore_ascii_case(want));
+    let id_col = find("ID")
+        .or_else(|| find("rowid"))
+        .ok_or_else(|| Error::BadInput("the SQL result has no ID column".into()))?;
+    let map = table
+        .fields
+        .iter()
+        .map(|f| {
+            find(f.column).or_else(|| find(f.name)).ok_or_else(|| {
+                Error::BadInput(format!(
+                    "the SQL result has no column for {}.{}",
+                    table.name, f.name
+                ))
+            })
+        })
+        .collect::<Result<Vec<usize>>>()?;
+    bind_params(&mut stmt, params, last_time).map_err(eng)?;
+    let mut rows = stmt.raw_query();
+    while let Some(row) = rows.next().map_err(eng)? {
+        out(&NamedRow {
+            row,
+            id_col,
+            map: &map,
+        })?;
+    }
+    Ok(())
 }
 
 impl SqliteEngine {
@@ -1094,6 +1216,11 @@ impl Storage for SqliteEngine {
             let sql = TableSql::new(table);
             let hot = Hot::prepare(&g.conn, &sql).map_err(eng)?;
             g.hot.push(hot);
+            // Made readable by the readers only now that the table exists
+            // in a committed state.
+            if let Some(pool) = &self.readers {
+                pool.add_table(Arc::new(TableSql::new(table)));
+            }
             g.tables.push(sql);
         }
         Ok(())

@@ -43,6 +43,7 @@ pub struct SqliteOptions {
     pub(crate) one_process: bool,
     pub(crate) cache_size_kib: Option<u32>,
     pub(crate) busy_timeout: Duration,
+    pub(crate) readers: Option<usize>,
     #[cfg(feature = "encryption")]
     pub(crate) key: Option<crate::crypt::Key>,
 }
@@ -66,6 +67,7 @@ impl SqliteOptions {
             one_process: false,
             cache_size_kib: None,
             busy_timeout: Duration::from_secs(5),
+            readers: None,
             #[cfg(feature = "encryption")]
             key: None,
         }
@@ -109,6 +111,54 @@ impl SqliteOptions {
     /// mORMot2 opens every SQLite file so on POSIX. Off by default.
     pub fn one_process(mut self, on: bool) -> Self {
         self.one_process = on;
+        self
+    }
+
+    /// How many reader connections serve the reads made outside a
+    /// transaction, on a file opened with [`SqliteOptions::wal`] and the
+    /// normal locking mode: `0` reads everything on the one connection.
+    /// Default: one per processor, at least 2, at most 8.
+    ///
+    /// Without readers, every call takes its turn on the engine's one
+    /// connection, so threads reading at once read no faster than one. With
+    /// them, a read by ID, a select, a count, a value or
+    /// [`burrow_core::SqlHost::sql_select`] made on the engine (not through
+    /// a transaction) runs on a free reader, opened the first time it is
+    /// needed (with the key of an encrypted file: a passphrase costs its
+    /// derivation again, per reader); when all are busy the caller waits
+    /// for its own, blocked, not spinning. Writes, and every call made
+    /// through a transaction, stay on the writer connection.
+    ///
+    /// What a read sees:
+    /// - each statement reads the last committed state, as of its start
+    ///   (a WAL snapshot): a transaction's changes appear together, at its
+    ///   commit, never some without the others;
+    /// - a read never sees another transaction before it commits, and
+    ///   never waits for one: a read on the engine while a transaction is
+    ///   open returns at once, with the state before it (without readers
+    ///   it waits for that transaction to end);
+    /// - a thread that has a transaction open sees its own changes only
+    ///   through that transaction ([`burrow_core::EngineTx`]); a read made
+    ///   on the engine, even from the same thread, sees the committed state;
+    /// - a table opened or altered through the engine is seen by every
+    ///   reader from then on.
+    ///
+    /// Readers open the file read-only (through `unix-excl`,
+    /// [`SqliteOptions::one_process`], read-write with `PRAGMA query_only`:
+    /// that VFS hands a read-only handle's locks to the system, where they
+    /// would replace the process's one lock on the file), so no read can
+    /// write. They do not see the writer's `temp` schema: SQL that names a
+    /// table exposed from another engine, or a temporary table made through
+    /// [`crate::SqliteEngine::with_connection`], runs on the writer.
+    ///
+    /// In memory, and on a file in rollback-journal mode, there are no
+    /// readers: a private in-memory database is one connection's, and in
+    /// rollback mode a reading connection holds a lock that keeps the writer
+    /// from committing until it is done, so readers would delay writes
+    /// rather than run beside them. [`LockingMode::Exclusive`] keeps the
+    /// file to the writer alone, so it has none either.
+    pub fn readers(mut self, n: usize) -> Self {
+        self.readers = Some(n);
         self
     }
 

@@ -103,6 +103,12 @@ impl TableSql {
     }
 }
 
+impl AsRef<TableSql> for TableSql {
+    fn as_ref(&self) -> &TableSql {
+        self
+    }
+}
+
 /// Appends ` WHERE …` for a non-empty filter.
 pub(crate) fn write_where(table: &Table, filter: &burrow_core::Filter, s: &mut String) {
     if filter.expr.is_some() {

@@ -64,6 +64,14 @@ impl Registry {
         v.push((table, engine));
     }
 
+    /// Whether no table is exposed: then no SQL can reach the module.
+    pub fn is_empty(&self) -> bool {
+        self.0
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .is_empty()
+    }
+
     fn find(&self, name: &str) -> Option<(&'static Table, Arc<dyn Storage>)> {
         let v = self.0.lock().unwrap_or_else(PoisonError::into_inner);
         v.iter()

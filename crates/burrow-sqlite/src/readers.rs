@@ -1,0 +1,333 @@
+//! The reader pool of a file in WAL mode: reads outside a transaction run on
+//! read-only connections of their own, so that threads reading at once do not
+//! take turns on the writer's lock (see `SqliteOptions::readers`).
+//!
+//! WAL gives each statement of a reader a snapshot of the last commit, taken
+//! when it starts, and lets it read while the writer writes: a reader never
+//! sees a transaction that is not committed, and never waits for one.
+
+use std::cell::Cell;
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError, TryLockError};
+use std::time::Duration;
+
+use burrow_core::{Error, Result, Table};
+use rusqlite::{Connection, OpenFlags, Statement};
+
+use crate::statements::TableSql;
+use crate::{eng, find_table, hot, TimeText, ENGINE};
+
+/// The reader connections, opened on first use, and what they need to open
+/// one and to prepare a table's statements.
+pub(crate) struct Readers {
+    slots: Box<[Mutex<Option<Reader>>]>,
+    /// The tables the writer has opened: a reader prepares a table's
+    /// statements the first time it reads it, from here.
+    tables: Mutex<Vec<Arc<TableSql>>>,
+    path: PathBuf,
+    vfs: Option<&'static str>,
+    busy_timeout: Duration,
+    cache_size_kib: Option<u32>,
+    /// The key of an encrypted file, kept apart from the writer's so that
+    /// opening a reader never waits for the writer's lock; a rekey replaces it.
+    #[cfg(feature = "encryption")]
+    key: Mutex<Option<crate::Key>>,
+}
+
+/// One reader connection and its kept statements.
+pub(crate) struct Reader {
+    /// The by-ID statement of each table of `tables`; declared before `conn`
+    /// so that they are finalized first (the contract of [`hot::Hot`]).
+    by_id: Vec<Statement<'static>>,
+    tables: Vec<Arc<TableSql>>,
+    /// Boxed so that the kept statements' pointer to it stays valid.
+    conn: Box<Connection>,
+    last_time: TimeText,
+}
+
+// SAFETY: as for the writer's `Inner`: a reader owns its connection and the
+// statements that borrow it, and is reached only through its slot's mutex,
+// so they move between threads together and are never used from two threads
+// at once, which SQLite's multi-thread mode allows.
+#[allow(unsafe_code)]
+unsafe impl Send for Reader {}
+
+/// Numbers the threads that read, so that each starts looking for a free
+/// reader at a slot of its own: with as many threads as readers, each keeps
+/// finding its own free, with its pages in its cache.
+static ARRIVALS: AtomicUsize = AtomicUsize::new(0);
+
+thread_local! {
+    static HOME: Cell<Option<usize>> = const { Cell::new(None) };
+}
+
+fn home() -> usize {
+    HOME.with(|h| match h.get() {
+        Some(n) => n,
+        None => {
+            let n = ARRIVALS.fetch_add(1, Ordering::Relaxed);
+            h.set(Some(n));
+            n
+        }
+    })
+}
+
+/// The readers of a pool when `SqliteOptions::readers` does not say: one per
+/// processor, at least two (a long scan on one does not hold up the reads by
+/// ID on the other), at most eight (each keeps its own page cache).
+pub(crate) fn default_count() -> usize {
+    std::thread::available_parallelism().map_or(2, |n| n.get().clamp(2, 8))
+}
+
+impl Readers {
+    pub(crate) fn new(
+        count: usize,
+        path: PathBuf,
+        vfs: Option<&'static str>,
+        busy_timeout: Duration,
+        cache_size_kib: Option<u32>,
+        #[cfg(feature = "encryption")] key: Option<crate::Key>,
+    ) -> Self {
+        Readers {
+            slots: (0..count).map(|_| Mutex::new(None)).collect(),
+            tables: Mutex::new(Vec::new()),
+            path,
+            vfs,
+            busy_timeout,
+            cache_size_kib,
+            #[cfg(feature = "encryption")]
+            key: Mutex::new(key),
+        }
+    }
+
+    /// Makes a table the writer has opened readable by the readers.
+    pub(crate) fn add_table(&self, sql: Arc<TableSql>) {
+        self.tables
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .push(sql);
+    }
+
+    /// A reader for one call: the first free one from this thread's own
+    /// slot on; if all are busy, this thread's own, once it is free (a
+    /// blocking wait, not a spin: the caller holding it is reading one
+    /// statement). Opened here the first time its slot is used. Under
+    /// [`burrow_core::driver::without_waiting`], all busy is a refusal.
+    pub(crate) fn take(&self) -> Result<ReaderGuard<'_>> {
+        let n = self.slots.len();
+        let first = home() % n;
+        let mut got = None;
+        for k in 0..n {
+            match self.slots[(first + k) % n].try_lock() {
+                Ok(g) => {
+                    got = Some(g);
+                    break;
+                }
+                // A panic in a caller's row callback leaves the reader as
+                // usable as the writer's connection is in that case: its
+                // statement was reset when its rows were dropped.
+                Err(TryLockError::Poisoned(p)) => {
+                    got = Some(p.into_inner());
+                    break;
+                }
+                Err(TryLockError::WouldBlock) => {}
+            }
+        }
+        let mut slot = match got {
+            Some(g) => g,
+            None if burrow_core::driver::waits_refused() => {
+                return Err(burrow_core::driver::refuse(ENGINE))
+            }
+            None => self.slots[first]
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner),
+        };
+        if slot.is_none() {
+            *slot = Some(self.open()?);
+        }
+        Ok(ReaderGuard { pool: self, slot })
+    }
+
+    /// Closes every reader and keeps them all taken until the guards are
+    /// dropped: for a change no open reader may outlive (a rekey).
+    #[cfg(feature = "encryption")]
+    pub(crate) fn close_all(&self) -> Vec<MutexGuard<'_, Option<Reader>>> {
+        self.slots
+            .iter()
+            .map(|s| {
+                let mut g = s.lock().unwrap_or_else(PoisonError::into_inner);
+                *g = None;
+                g
+            })
+            .collect()
+    }
+
+    #[cfg(feature = "encryption")]
+    pub(crate) fn set_key(&self, key: Option<crate::Key>) {
+        *self.key.lock().unwrap_or_else(PoisonError::into_inner) = key;
+    }
+
+    fn open(&self) -> Result<Reader> {
+        // On the default VFS a reader opens the file read-only. Through
+        // unix-excl it opens it read-write, made read-only by
+        // `query_only`: unix-excl passes the locks of a read-only handle
+        // through to the system (they are not the process's one exclusive
+        // lock, kept in memory), and a lock or unlock of one handle replaces
+        // the process's lock on the file for every handle: the last reader
+        // to let go of the file would release the lock that keeps other
+        // processes out while the writer still relies on it.
+        let access = if self.vfs.is_some() {
+            OpenFlags::SQLITE_OPEN_READ_WRITE
+        } else {
+            OpenFlags::SQLITE_OPEN_READ_ONLY
+        };
+        let flags = access | OpenFlags::SQLITE_OPEN_URI | OpenFlags::SQLITE_OPEN_NO_MUTEX;
+        let conn = match self.vfs {
+            Some(vfs) => Connection::open_with_flags_and_vfs(&self.path, flags, vfs),
+            None => Connection::open_with_flags(&self.path, flags),
+        }
+        .map_err(eng)?;
+        #[cfg(feature = "encryption")]
+        {
+            let key = self
+                .key
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner)
+                .clone();
+            if let Some(k) = &key {
+                crate::crypt::apply_key(&conn, &self.path, k)?;
+            }
+        }
+        hot::widen_lookaside(&conn).map_err(eng)?;
+        conn.set_prepared_statement_cache_capacity(128);
+        conn.busy_timeout(self.busy_timeout).map_err(eng)?;
+        let mut pragmas = String::from("PRAGMA query_only=ON;");
+        if let Some(kib) = self.cache_size_kib {
+            pragmas.push_str(&format!("PRAGMA cache_size=-{kib};"));
+        }
+        conn.execute_batch(&pragmas).map_err(eng)?;
+        Ok(Reader {
+            by_id: Vec::new(),
+            tables: Vec::new(),
+            conn: Box::new(conn),
+            last_time: TimeText::default(),
+        })
+    }
+}
+
+/// A reader taken for one call.
+pub(crate) struct ReaderGuard<'a> {
+    pool: &'a Readers,
+    /// Always `Some`: `take` opens the reader before handing it out.
+    slot: MutexGuard<'a, Option<Reader>>,
+}
+
+impl ReaderGuard<'_> {
+    pub(crate) fn reader(&mut self) -> &mut Reader {
+        self.slot.as_mut().expect("a taken reader is open")
+    }
+
+    /// The index of `table` in the reader's tables, its statements prepared
+    /// on its first read; a table the writer has not opened is unknown, as
+    /// it is to the writer.
+    pub(crate) fn table(&mut self, table: &Table) -> Result<usize> {
+        let pool = self.pool;
+        let r = self.reader();
+        if let Some(t) = find_table(&r.tables, table) {
+            return Ok(t);
+        }
+        let sql = {
+            let all = pool.tables.lock().unwrap_or_else(PoisonError::into_inner);
+            find_table(&all, table).map(|t| all[t].clone())
+        }
+        .ok_or_else(|| {
+            Error::UnknownTable(format!("{} is not open in this SQLite engine", table.name))
+        })?;
+        r.by_id
+            .push(hot::keep(&r.conn, &sql.select_by_id).map_err(eng)?);
+        r.tables.push(sql);
+        Ok(r.tables.len() - 1)
+    }
+}
+
+impl Reader {
+    #[cfg(test)]
+    fn conn(&self) -> &Connection {
+        &self.conn
+    }
+
+    /// The connection, and the date-time text buffer its binds use.
+    pub(crate) fn parts(&mut self) -> (&Connection, &mut TimeText) {
+        (&self.conn, &mut self.last_time)
+    }
+
+    pub(crate) fn sql(&self, t: usize) -> &TableSql {
+        &self.tables[t]
+    }
+
+    /// The by-ID statement of table `t`, and the date-time text buffer.
+    pub(crate) fn by_id(&mut self, t: usize) -> (&mut Statement<'static>, &mut TimeText) {
+        (&mut self.by_id[t], &mut self.last_time)
+    }
+}
+
+/// The reader pool's own checks: a reader refuses to write, whatever it is
+/// asked, on both VFS a pool opens files with.
+#[cfg(test)]
+mod test {
+    use super::*;
+
+    #[test]
+    fn a_reader_cannot_write() {
+        for vfs in [None, Some("unix-excl")] {
+            if vfs.is_some() && !cfg!(unix) {
+                continue;
+            }
+            let dir = tempfile::tempdir().unwrap();
+            let path = dir.path().join("r.db");
+            let writer = match vfs {
+                Some(v) => Connection::open_with_flags_and_vfs(&path, OpenFlags::default(), v),
+                None => Connection::open(&path),
+            }
+            .unwrap();
+            writer
+                .execute_batch(
+                    "PRAGMA journal_mode=WAL; CREATE TABLE t(x); INSERT INTO t VALUES (1);",
+                )
+                .unwrap();
+            let pool = Readers::new(
+                1,
+                path.clone(),
+                vfs,
+                Duration::from_secs(1),
+                None,
+                #[cfg(feature = "encryption")]
+                None,
+            );
+            let mut g = pool.take().unwrap();
+            let conn = g.reader().conn();
+            let n: i64 = conn
+                .query_row("SELECT count(*) FROM t", [], |r| r.get(0))
+                .unwrap();
+            assert_eq!(n, 1, "{vfs:?}");
+            for sql in [
+                "INSERT INTO t VALUES (2)",
+                "DELETE FROM t",
+                "CREATE TABLE u(y)",
+            ] {
+                let e = conn.execute(sql, []).unwrap_err();
+                assert_eq!(
+                    e.sqlite_error_code(),
+                    Some(rusqlite::ErrorCode::ReadOnly),
+                    "{vfs:?} {sql}: {e}"
+                );
+            }
+            drop(g);
+            let n: i64 = writer
+                .query_row("SELECT count(*) FROM t", [], |r| r.get(0))
+                .unwrap();
+            assert_eq!(n, 1, "{vfs:?}");
+        }
+    }
+}
