@@ -831,14 +831,31 @@ struct At<'a> {
     tx: Option<u64>,
 }
 
+/// The connection a read runs on.
+enum ReadConn<'a> {
+    Reader(readers::ReaderGuard<'a>),
+    Writer(MutexGuard<'a, Inner>),
+}
+
 impl At<'_> {
-    /// A reader connection for a read of the engine's own (`tx` is `None`)
-    /// on a file with a reader pool; `None` to read on the writer.
-    fn reader(&self) -> Result<Option<readers::ReaderGuard<'_>>> {
-        match (&self.engine.readers, self.tx) {
-            (Some(pool), None) => pool.take().map(Some),
-            _ => Ok(None),
+    /// Where a read runs. Inside a transaction, or without a reader pool,
+    /// on the writer once it is free. Else on the writer if it is free this
+    /// instant (no transaction open, no backup step waiting): its page cache
+    /// is warm, so one thread reading alone pays for no second connection;
+    /// and when it is not, on a reader, which waits neither for the writer
+    /// nor for an open transaction.
+    fn read_conn(&self) -> Result<ReadConn<'_>> {
+        if let (Some(pool), None) = (&self.engine.readers, self.tx) {
+            if !self.engine.turn.wanted() {
+                if let Ok(g) = self.engine.inner.try_lock() {
+                    if g.owner.is_none() {
+                        return Ok(ReadConn::Writer(g));
+                    }
+                }
+            }
+            return pool.take().map(ReadConn::Reader);
         }
+        self.engine.lock(self.tx).map(ReadConn::Writer)
     }
 }
 
@@ -898,12 +915,14 @@ impl RowOps for At<'_> {
         id: i64,
         out: &mut dyn FnMut(&dyn Row) -> Result<()>,
     ) -> Result<bool> {
-        if let Some(mut r) = self.reader()? {
-            let t = r.table(table)?;
-            let (stmt, times) = r.reader().by_id(t);
-            return read_by_id(stmt, id, times, out);
-        }
-        let mut g = self.engine.lock(self.tx)?;
+        let mut g = match self.read_conn()? {
+            ReadConn::Reader(mut r) => {
+                let t = r.table(table)?;
+                let (stmt, times) = r.reader().by_id(t);
+                return read_by_id(stmt, id, times, out);
+            }
+            ReadConn::Writer(g) => g,
+        };
         let t = g.table(table)?;
         let Inner { hot, last_time, .. } = &mut *g;
         read_by_id(&mut hot[t].select_by_id, id, last_time, out)
@@ -917,21 +936,23 @@ impl RowOps for At<'_> {
     ) -> Result<()> {
         let mut each = |row: &rusqlite::Row<'_>| out(&SqlRow(row));
         let page = |paged: bool| paged.then_some((select.limit, select.offset));
-        if let Some(mut g) = self.reader()? {
-            let t = g.table(table)?;
-            let r = g.reader();
-            let (sql, paged) = r.sql(t).select_sql(None, select);
-            let (conn, times) = r.parts();
-            return query(
-                conn,
-                times,
-                &sql,
-                &select.filter.params,
-                page(paged),
-                &mut each,
-            );
-        }
-        let mut g = self.engine.lock(self.tx)?;
+        let mut g = match self.read_conn()? {
+            ReadConn::Reader(mut g) => {
+                let t = g.table(table)?;
+                let r = g.reader();
+                let (sql, paged) = r.sql(t).select_sql(None, select);
+                let (conn, times) = r.parts();
+                return query(
+                    conn,
+                    times,
+                    &sql,
+                    &select.filter.params,
+                    page(paged),
+                    &mut each,
+                );
+            }
+            ReadConn::Writer(g) => g,
+        };
         let t = g.table(table)?;
         let (sql, paged) = g.tables[t].select_sql(None, select);
         g.query(&sql, &select.filter.params, page(paged), &mut each)
@@ -946,15 +967,17 @@ impl RowOps for At<'_> {
             n = row.get::<_, i64>(0).map_err(eng)? as u64;
             Ok(())
         };
-        if let Some(mut g) = self.reader()? {
-            g.table(table)?;
-            let r = g.reader();
-            let (conn, times) = r.parts();
-            query(conn, times, &s, &filter.params, None, &mut each)?;
-        } else {
-            let mut g = self.engine.lock(self.tx)?;
-            g.table(table)?;
-            g.query(&s, &filter.params, None, &mut each)?;
+        match self.read_conn()? {
+            ReadConn::Reader(mut g) => {
+                g.table(table)?;
+                let r = g.reader();
+                let (conn, times) = r.parts();
+                query(conn, times, &s, &filter.params, None, &mut each)?;
+            }
+            ReadConn::Writer(mut g) => {
+                g.table(table)?;
+                g.query(&s, &filter.params, None, &mut each)?;
+            }
         }
         Ok(n)
     }
@@ -978,17 +1001,19 @@ impl RowOps for At<'_> {
         };
         let page = |paged: bool| paged.then_some((select.limit, select.offset));
         let params = &select.filter.params;
-        if let Some(mut g) = self.reader()? {
-            let t = g.table(table)?;
-            let r = g.reader();
-            let (sql, paged) = r.sql(t).select_sql(Some(column), select);
-            let (conn, times) = r.parts();
-            query(conn, times, &sql, params, page(paged), &mut each)?;
-        } else {
-            let mut g = self.engine.lock(self.tx)?;
-            let t = g.table(table)?;
-            let (sql, paged) = g.tables[t].select_sql(Some(column), select);
-            g.query(&sql, params, page(paged), &mut each)?;
+        match self.read_conn()? {
+            ReadConn::Reader(mut g) => {
+                let t = g.table(table)?;
+                let r = g.reader();
+                let (sql, paged) = r.sql(t).select_sql(Some(column), select);
+                let (conn, times) = r.parts();
+                query(conn, times, &sql, params, page(paged), &mut each)?;
+            }
+            ReadConn::Writer(mut g) => {
+                let t = g.table(table)?;
+                let (sql, paged) = g.tables[t].select_sql(Some(column), select);
+                g.query(&sql, params, page(paged), &mut each)?;
+            }
         }
         Ok(found)
     }
@@ -1044,15 +1069,21 @@ impl SqlHost for At<'_> {
         // `with_connection`): with a table exposed, SQL runs on the writer,
         // and SQL a reader cannot prepare is tried there too, which also
         // gives the writer's word on SQL that is wrong.
-        if self.engine.exposed.is_empty() {
-            if let Some(mut g) = self.reader()? {
-                let (conn, times) = g.reader().parts();
-                if let Ok(stmt) = conn.prepare_cached(sql) {
-                    return sql_select_on(stmt, times, table, params, out);
+        let mut g = if self.engine.exposed.is_empty() {
+            match self.read_conn()? {
+                ReadConn::Reader(mut g) => {
+                    let (conn, times) = g.reader().parts();
+                    if let Ok(stmt) = conn.prepare_cached(sql) {
+                        return sql_select_on(stmt, times, table, params, out);
+                    }
+                    drop(g);
+                    self.engine.lock(self.tx)?
                 }
+                ReadConn::Writer(g) => g,
             }
-        }
-        let mut g = self.engine.lock(self.tx)?;
+        } else {
+            self.engine.lock(self.tx)?
+        };
         let Inner {
             conn, last_time, ..
         } = &mut *g;

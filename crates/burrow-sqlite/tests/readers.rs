@@ -195,6 +195,9 @@ fn readers_see_tables_opened_after_them() -> Res {
         id: 0,
         text: "made after the readers".into(),
     })?;
+    // A read takes the writer when it is free: an open transaction keeps
+    // it taken, so that the reads below run on readers.
+    let tx = db.transaction()?;
     std::thread::scope(|s| {
         for _ in 0..3 {
             s.spawn(|| {
@@ -206,13 +209,16 @@ fn readers_see_tables_opened_after_them() -> Res {
             });
         }
     });
+    drop(tx);
     engine.with_connection(|c| {
         c.execute_batch("ALTER TABLE Account ADD COLUMN Extra INTEGER NOT NULL DEFAULT 7")
     })?;
+    let tx = db.transaction()?;
     let extra: Vec<Account> =
         db.sql_list("SELECT * FROM Account WHERE Extra = ?", params![7i64])?;
     assert_eq!(extra.len(), 1);
     assert_eq!(db.retrieve::<Account>(1)?.balance, 5);
+    drop(tx);
     Ok(())
 }
 
