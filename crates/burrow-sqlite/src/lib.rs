@@ -17,10 +17,10 @@
 //! so the lock is held only briefly.
 //!
 //! On a file in WAL mode, reads made on the engine (not through a
-//! transaction) run on a pool of read-only connections instead
-//! ([`SqliteOptions::readers`], which also says what a read sees): threads
-//! read side by side, and a read never waits for the writer or an open
-//! transaction; it sees the last commit. In memory and in rollback-journal
+//! transaction) that find the connection taken run on a pool of read-only
+//! connections instead ([`SqliteOptions::readers`], which also says what a
+//! read sees): threads read side by side, and a read never waits for the
+//! writer or an open transaction; it sees the last commit. In memory and in rollback-journal
 //! mode everything runs on the one connection, so reads from several threads
 //! take turns. The benchmark measures both (its concurrent-read table).
 //!

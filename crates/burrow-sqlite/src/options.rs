@@ -123,10 +123,13 @@ impl SqliteOptions {
     /// connection, so threads reading at once read no faster than one. With
     /// them, a read by ID, a select, a count, a value or
     /// [`burrow_core::SqlHost::sql_select`] made on the engine (not through
-    /// a transaction) runs on a free reader, opened the first time it is
-    /// needed (with the key of an encrypted file: a passphrase costs its
-    /// derivation again, per reader); when all are busy the caller waits
-    /// for its own, blocked, not spinning. Writes, and every call made
+    /// a transaction) runs on the writer connection when that is free at
+    /// that instant (no call on it, no transaction open: its page cache is
+    /// warm, so a thread reading alone reads as without readers), else on a
+    /// free reader, opened the first time it is needed (with the key of an
+    /// encrypted file: a passphrase costs its derivation again, per
+    /// reader); when all are busy the caller waits for its own, blocked,
+    /// not spinning. Writes, and every call made
     /// through a transaction, stay on the writer connection.
     ///
     /// What a read sees:
