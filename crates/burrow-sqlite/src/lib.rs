@@ -185,13 +185,13 @@ impl SqliteEngine {
         let keyed = key.is_some();
         #[cfg(not(feature = "encryption"))]
         let keyed = false;
+        let vfs = (options.one_process && cfg!(unix)).then_some("unix-excl");
         let conn = match &options.path {
             Some(p) => {
                 check_header(p, keyed)?;
-                if options.one_process && cfg!(unix) {
-                    Connection::open_with_flags_and_vfs(p, OpenFlags::default(), "unix-excl")
-                } else {
-                    Connection::open(p)
+                match vfs {
+                    Some(vfs) => Connection::open_with_flags_and_vfs(p, OpenFlags::default(), vfs),
+                    None => Connection::open(p),
                 }
             }
             None if keyed => {
@@ -206,9 +206,7 @@ impl SqliteEngine {
         if let (Some(k), Some(p)) = (&key, &options.path) {
             crypt::apply_key(&conn, p, k)?;
         }
-        hot::widen_lookaside(&conn).map_err(eng)?;
-        conn.set_prepared_statement_cache_capacity(128);
-        conn.busy_timeout(options.busy_timeout).map_err(eng)?;
+        tune(&conn, options.busy_timeout, options.cache_size_kib)?;
         let sync = match options.synchronous {
             Synchronous::Full => "FULL",
             Synchronous::Normal => "NORMAL",
@@ -226,9 +224,6 @@ impl SqliteEngine {
                 "PRAGMA journal_mode=DELETE;"
             });
         }
-        if let Some(kib) = options.cache_size_kib {
-            pragmas.push_str(&format!("PRAGMA cache_size=-{kib};"));
-        }
         conn.execute_batch(&pragmas).map_err(eng)?;
         let exposed = Arc::new(vtab::Registry::default());
         conn.create_module(vtab::MODULE, &vtab::BURROW_MODULE, Some(exposed.clone()))
@@ -242,7 +237,7 @@ impl SqliteEngine {
                 Some(readers::Readers::new(
                     options.readers.unwrap_or_else(readers::default_count),
                     p.clone(),
-                    (options.one_process && cfg!(unix)).then_some("unix-excl"),
+                    vfs,
                     options.busy_timeout,
                     options.cache_size_kib,
                     #[cfg(feature = "encryption")]
@@ -410,6 +405,24 @@ fn check_header(path: &std::path::Path, keyed: bool) -> Result<Header> {
         ))),
         h => Ok(h),
     }
+}
+
+/// What every connection of an engine, the writer's and the readers', is
+/// set to: wider lookaside, room for the statements it keeps, the lock
+/// timeout and the page cache size.
+fn tune(
+    conn: &Connection,
+    busy_timeout: std::time::Duration,
+    cache_size_kib: Option<u32>,
+) -> Result<()> {
+    hot::widen_lookaside(conn).map_err(eng)?;
+    conn.set_prepared_statement_cache_capacity(128);
+    conn.busy_timeout(busy_timeout).map_err(eng)?;
+    if let Some(kib) = cache_size_kib {
+        conn.execute_batch(&format!("PRAGMA cache_size=-{kib};"))
+            .map_err(eng)?;
+    }
+    Ok(())
 }
 
 fn eng(e: rusqlite::Error) -> Error {

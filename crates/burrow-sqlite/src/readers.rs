@@ -199,14 +199,8 @@ impl Readers {
                 crate::crypt::apply_key(&conn, &self.path, k)?;
             }
         }
-        hot::widen_lookaside(&conn).map_err(eng)?;
-        conn.set_prepared_statement_cache_capacity(128);
-        conn.busy_timeout(self.busy_timeout).map_err(eng)?;
-        let mut pragmas = String::from("PRAGMA query_only=ON;");
-        if let Some(kib) = self.cache_size_kib {
-            pragmas.push_str(&format!("PRAGMA cache_size=-{kib};"));
-        }
-        conn.execute_batch(&pragmas).map_err(eng)?;
+        crate::tune(&conn, self.busy_timeout, self.cache_size_kib)?;
+        conn.execute_batch("PRAGMA query_only=ON;").map_err(eng)?;
         Ok(Reader {
             by_id: Vec::new(),
             tables: Vec::new(),
