@@ -137,7 +137,7 @@ pub(crate) fn two(b: &[u8], i: usize) -> Option<u32> {
 /// separator. `None` for anything else (a leap second included), which the
 /// general parser then reads or refuses.
 #[inline]
-fn parse_written_datetime(b: &[u8]) -> Option<DateTime<Utc>> {
+pub(crate) fn parse_written_datetime(b: &[u8]) -> Option<DateTime<Utc>> {
     if b.len() < 19
         || b[4] != b'-'
         || b[7] != b'-'

@@ -8,7 +8,8 @@ use chrono::{DateTime, Datelike, NaiveDate, Timelike, Utc};
 
 use crate::currency::{Currency, CURRENCY_SCALE};
 use crate::datetime::{
-    is_written_date, is_written_datetime, write_date, write_datetime, DATETIME_BUF,
+    is_written_date, is_written_datetime, parse_date, parse_written_datetime, write_date,
+    write_datetime, DATETIME_BUF,
 };
 use crate::error::Result;
 use crate::record::{ConvertError, FieldType, Fields, Row};
@@ -386,30 +387,17 @@ fn write_stored(
 /// every fraction is written ([`JsonDialect::Exact`]), and not an automatic
 /// time where mORMot's TimeLog integer is written instead.
 fn stored_as_written(field: &Field, t: &str, dialect: JsonDialect) -> bool {
-    let b = t.as_bytes();
-    let date_ok = |b: &[u8]| {
-        is_written_date(&t[..10]) && {
-            let n = |at: usize, len: usize| {
-                b[at..at + len]
-                    .iter()
-                    .fold(0u32, |v, d| v * 10 + u32::from(d - b'0'))
-            };
-            NaiveDate::from_ymd_opt(n(0, 4) as i32, n(5, 2), n(8, 2)).is_some()
-        }
-    };
     match field.kind {
-        FieldKind::Date => b.len() == 10 && date_ok(b),
+        FieldKind::Date => is_written_date(t) && parse_date(t).is_some(),
         FieldKind::DateTime => {
             let form = match dialect {
                 JsonDialect::Exact => is_written_datetime(t),
                 JsonDialect::Mormot => {
-                    field.auto == AutoTime::No && b.len() == 19 && is_written_datetime(t)
+                    field.auto == AutoTime::No && t.len() == 19 && is_written_datetime(t)
                 }
             };
-            form && date_ok(b)
-                && (b[11] - b'0') * 10 + (b[12] - b'0') < 24
-                && (b[14] - b'0') * 10 + (b[15] - b'0') < 60
-                && (b[17] - b'0') * 10 + (b[18] - b'0') < 60
+            // The written form, and a real date and time in it.
+            form && parse_written_datetime(t.as_bytes()).is_some()
         }
         _ => false,
     }
