@@ -10,6 +10,7 @@
 //! `/asyncupdates`, `/asyncfortunes`); `/plaintext` and `/json` need no
 //! database. See `apps/tfb/README.md`.
 
+pub mod gather;
 pub mod orm;
 pub mod page;
 pub mod raw;
@@ -82,6 +83,9 @@ pub struct Config {
     pub pg_conns: usize,
     /// PostgreSQL connections of the ORM family's pool (shared).
     pub orm_pool: usize,
+    /// Threads running the ORM family's PostgreSQL calls, each taking the
+    /// work queued by many requests at once (see [`gather`]).
+    pub orm_threads: usize,
 }
 
 impl Config {
@@ -97,6 +101,7 @@ impl Config {
             pin: false,
             pg_conns: 4,
             orm_pool: 8 * cpus,
+            orm_threads: 2 * cpus,
         }
     }
 }
@@ -245,7 +250,11 @@ pub struct Tfb {
 impl Tfb {
     /// Opens the store, then starts `config.servers` servers on one address.
     pub fn start(config: &Config) -> burrow::Result<Tfb> {
-        let orm = Arc::new(OrmSide::open(&config.store, config.orm_pool)?);
+        let orm = Arc::new(OrmSide::open(
+            &config.store,
+            config.orm_pool,
+            config.orm_threads,
+        )?);
         let cores = core_affinity::get_core_ids().unwrap_or_default();
         let limits = Limits {
             // TFB opens up to 16,384 connections, all kept alive, from one

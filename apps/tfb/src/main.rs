@@ -44,6 +44,10 @@ struct Args {
     /// PostgreSQL connections of the ORM family's pool.
     #[arg(long)]
     orm_pool: Option<usize>,
+    /// Threads running the ORM family's PostgreSQL calls, each taking the
+    /// queries of many requests at once (default: 2 per CPU).
+    #[arg(long)]
+    orm_threads: Option<usize>,
 }
 
 fn main() {
@@ -73,6 +77,9 @@ fn run(args: Args) -> Result<(), Box<dyn std::error::Error>> {
     }
     if let Some(n) = args.orm_pool {
         config.orm_pool = n.max(1);
+    }
+    if let Some(n) = args.orm_threads {
+        config.orm_threads = n.max(1);
     }
     let tfb = Tfb::start(&config)?;
     println!(

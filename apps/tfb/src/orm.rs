@@ -13,6 +13,7 @@ use burrow::sqlite::SqliteEngine;
 use burrow::{Batch, CachedEngine, OrmCache, Query};
 use serde::Serialize;
 
+use crate::gather::Gather;
 use crate::{random_id, ROWS};
 
 /// A row of TFB's `World` table.
@@ -60,16 +61,17 @@ pub struct OrmSide {
     /// allows of a cache.
     cached: Arc<Database>,
     cache_engine: Arc<CachedEngine>,
-    /// Embedded engines answer in microseconds without blocking on a
-    /// network, so their calls run on the event loop; PostgreSQL's go to
-    /// the blocking pool.
-    inline: bool,
+    /// PostgreSQL's calls, which block, run on these threads, gathered
+    /// across requests. Embedded engines answer in microseconds without
+    /// blocking on a network, so their calls run on the event loop (`None`).
+    gather: Option<Gather>,
 }
 
 impl OrmSide {
-    /// Opens the store (for PostgreSQL, a pool of `pool` connections) and,
-    /// for an embedded one, fills it as TFB's database is filled.
-    pub fn open(store: &Store, pool: usize) -> burrow::Result<OrmSide> {
+    /// Opens the store (for PostgreSQL, a pool of `pool` connections used by
+    /// `threads` threads) and, for an embedded one, fills it as TFB's
+    /// database is filled.
+    pub fn open(store: &Store, pool: usize, threads: usize) -> burrow::Result<OrmSide> {
         let model = || Model::new().with::<World>().with::<Fortune>();
         let (engine, inline): (Arc<dyn burrow::Storage>, bool) = match store {
             Store::Postgres(url) => {
@@ -97,11 +99,16 @@ impl OrmSide {
             OrmCache::new().table::<World>(CACHE_TTL),
         ));
         let cached = Database::open(model(), cache_engine.clone())?;
+        let db = Arc::new(db);
+        let gather = match inline {
+            true => None,
+            false => Some(Gather::start(db.clone(), threads)?),
+        };
         let side = OrmSide {
-            db: Arc::new(db),
+            db,
             cached: Arc::new(cached),
             cache_engine,
-            inline,
+            gather,
         };
         side.warm_cache()?;
         Ok(side)
@@ -121,71 +128,63 @@ impl OrmSide {
 
     /// Whether calls run on the event loop (see [`OrmSide::run`]).
     pub fn inline(&self) -> bool {
-        self.inline
+        self.gather.is_none()
     }
 
     /// Runs `f` with the database: at once for an embedded engine, on the
-    /// blocking pool for PostgreSQL, whose synchronous calls must not hold
-    /// an event-loop thread.
+    /// gathering threads for PostgreSQL, whose synchronous calls must not
+    /// hold an event-loop thread.
     pub async fn run<R: Send + 'static>(
         &self,
         f: impl FnOnce(&Database) -> burrow::Result<R> + Send + 'static,
     ) -> burrow::Result<R> {
-        self.run_on(&self.db, f).await
+        match &self.gather {
+            Some(g) => g.call(f).await,
+            None => f(&self.db),
+        }
     }
 
-    async fn run_on<R: Send + 'static>(
-        &self,
-        db: &Arc<Database>,
-        f: impl FnOnce(&Database) -> burrow::Result<R> + Send + 'static,
-    ) -> burrow::Result<R> {
-        if self.inline {
-            return f(db);
-        }
-        let db = db.clone();
-        match tokio::task::spawn_blocking(move || f(&db)).await {
-            Ok(r) => r,
-            Err(e) => Err(lost(e)),
+    /// The `World` rows with these IDs, each read by its own query; on
+    /// PostgreSQL read together with other requests' rows (see [`Gather`]).
+    async fn read(&self, ids: Vec<i64>) -> burrow::Result<Vec<World>> {
+        match &self.gather {
+            Some(g) => g.read(ids).await,
+            None => rows(&self.db, &ids),
         }
     }
 
     /// One random row.
     pub async fn one(&self) -> burrow::Result<World> {
-        self.run(|db| get(db, random_id())).await
+        let mut rows = self.read(vec![random_id()]).await?;
+        rows.pop().ok_or_else(|| lost("no row answered"))
     }
 
     /// `n` random rows, each read by its own query.
     pub async fn many(&self, n: usize) -> burrow::Result<Vec<World>> {
-        self.run(move |db| (0..n).map(|_| get(db, random_id())).collect())
-            .await
+        self.read((0..n).map(|_| random_id()).collect()).await
     }
 
     /// `n` random rows, each given a new random number and written back in
     /// one batch (on PostgreSQL, one array-bound `UPDATE`).
     pub async fn update(&self, n: usize) -> burrow::Result<Vec<World>> {
-        self.run(move |db| {
-            let mut rows = (0..n)
-                .map(|_| get(db, random_id()))
-                .collect::<burrow::Result<Vec<_>>>()?;
-            // A row drawn twice is written once, and answered with that value
-            // both times.
-            let mut fresh = std::collections::HashMap::with_capacity(n);
-            for w in &mut rows {
-                w.random_number = *fresh
-                    .entry(w.id)
-                    .or_insert_with(|| new_number(w.random_number));
-            }
-            let mut ids: Vec<(i64, i32)> = fresh.into_iter().collect();
-            // In ID order, so that concurrent requests lock rows in one order.
-            ids.sort_unstable();
-            let mut batch = Batch::new();
-            for (id, random_number) in ids {
-                batch.update_fields(World { id, random_number }, &["RandomNumber"])?;
-            }
-            db.send(&mut batch)?;
-            Ok(rows)
-        })
-        .await
+        let mut rows = self.many(n).await?;
+        // A row drawn twice is written once, and answered with that value
+        // both times.
+        let mut fresh = std::collections::HashMap::with_capacity(n);
+        for w in &mut rows {
+            w.random_number = *fresh
+                .entry(w.id)
+                .or_insert_with(|| new_number(w.random_number));
+        }
+        let mut ids: Vec<(i64, i32)> = fresh.into_iter().collect();
+        // In ID order, so that concurrent requests lock rows in one order.
+        ids.sort_unstable();
+        let mut batch = Batch::new();
+        for (id, random_number) in ids {
+            batch.update_fields(World { id, random_number }, &["RandomNumber"])?;
+        }
+        self.run(move |db| db.send(&mut batch).map(drop)).await?;
+        Ok(rows)
     }
 
     /// `n` random rows from the ORM cache; a row it does not hold (expired)
@@ -202,14 +201,13 @@ impl OrmSide {
             }
         }
         if !missing.is_empty() {
-            let rows = self
-                .run_on(&self.cached, move |db| {
-                    missing
-                        .into_iter()
-                        .map(|id| get(db, id))
-                        .collect::<burrow::Result<Vec<_>>>()
-                })
-                .await?;
+            let db = self.cached.clone();
+            let rows = match self.gather {
+                None => rows(&db, &missing)?,
+                Some(_) => tokio::task::spawn_blocking(move || rows(&db, &missing))
+                    .await
+                    .map_err(|e| lost(&format!("ORM call failed: {e}")))??,
+            };
             out.extend(rows);
         }
         Ok(out)
@@ -221,15 +219,18 @@ impl OrmSide {
     }
 }
 
-/// A row that must exist: TFB's IDs are 1..=10,000.
-fn get(db: &Database, id: i64) -> burrow::Result<World> {
-    db.get::<World>(id)?
-        .ok_or(burrow::Error::NotFound { table: "World", id })
+/// Rows that must exist (TFB's IDs are 1..=10,000), each read by its own
+/// query.
+pub(crate) fn rows(db: &Database, ids: &[i64]) -> burrow::Result<Vec<World>> {
+    db.get_many::<World>(ids)?
+        .into_iter()
+        .zip(ids)
+        .map(|(row, &id)| row.ok_or(burrow::Error::NotFound { table: "World", id }))
+        .collect()
 }
 
-/// A blocking call that panicked or was cancelled.
-fn lost(e: tokio::task::JoinError) -> burrow::Error {
-    burrow::Error::Io(std::io::Error::other(format!("ORM call failed: {e}")))
+fn lost(why: &str) -> burrow::Error {
+    burrow::Error::Io(std::io::Error::other(why.to_owned()))
 }
 
 /// A new random number, different from the old one so that every update

@@ -108,6 +108,35 @@ pub trait Orm {
         Ok(found)
     }
 
+    /// The `T`s with these IDs, in the order of `ids` (`None` where there is
+    /// none), each read by its own query: an engine across a network sends
+    /// them together, PostgreSQL in one pipelined round trip (see
+    /// [`RowOps::retrieve_many`]).
+    fn get_many<T: Record>(&self, ids: &[i64]) -> Result<Vec<Option<T>>> {
+        let mut found: Vec<Option<T>> = Vec::with_capacity(ids.len());
+        found.resize_with(ids.len(), || None);
+        let mut answered = 0;
+        self.route(T::table())?
+            .retrieve_many(T::table(), ids, &mut |i, row| {
+                if let (Some(slot), Some(row)) = (found.get_mut(i), row) {
+                    *slot = Some(T::from_row(row)?);
+                }
+                answered += 1;
+                Ok(())
+            })?;
+        if answered != ids.len() {
+            return Err(Error::engine(
+                "orm",
+                format!(
+                    "{}: {answered} answers for {} IDs",
+                    T::table().name,
+                    ids.len()
+                ),
+            ));
+        }
+        Ok(found)
+    }
+
     /// Reads the `T` with this ID into `rec`, reusing its buffers; returns whether
     /// it exists (`rec` is unchanged when it does not).
     fn retrieve_into<T: Record>(&self, id: i64, rec: &mut T) -> Result<bool> {

@@ -123,6 +123,10 @@ impl Caps {
     }
 }
 
+/// The callback of [`RowOps::retrieve_many`]: a position in the IDs asked
+/// for, and that ID's row (`None` when there is none).
+pub type EachRow<'f> = dyn FnMut(usize, Option<&dyn Row>) -> Result<()> + 'f;
+
 /// The row calls of a unit of work: an engine's own (each call its own
 /// transaction) or those of an open [`EngineTx`].
 ///
@@ -155,6 +159,26 @@ pub trait RowOps {
         id: i64,
         out: &mut dyn FnMut(&dyn Row) -> Result<()>,
     ) -> Result<bool>;
+
+    /// Reads the rows with these IDs, each by its own read, handing `out`
+    /// the position in `ids` and the row (`None` where no row has that ID),
+    /// in the order of `ids`. An engine across a network sends the reads
+    /// together (PostgreSQL pipelines one prepared query per ID, each with
+    /// its own Sync, in one round trip); the default reads one after the
+    /// other through [`RowOps::retrieve`].
+    fn retrieve_many(
+        &self,
+        table: &'static Table,
+        ids: &[i64],
+        out: &mut EachRow<'_>,
+    ) -> Result<()> {
+        for (i, &id) in ids.iter().enumerate() {
+            if !self.retrieve(table, id, &mut |row| out(i, Some(row)))? {
+                out(i, None)?;
+            }
+        }
+        Ok(())
+    }
 
     /// Hands every selected row to `out`, in the requested order.
     fn select(
@@ -424,6 +448,17 @@ macro_rules! forward_row_ops {
             ) -> $crate::Result<bool> {
                 let $s = self;
                 $crate::RowOps::retrieve(&$target, table, id, out)
+            }
+
+            #[inline]
+            fn retrieve_many(
+                &self,
+                table: &'static $crate::Table,
+                ids: &[i64],
+                out: &mut $crate::EachRow<'_>,
+            ) -> $crate::Result<()> {
+                let $s = self;
+                $crate::RowOps::retrieve_many(&$target, table, ids, out)
             }
 
             #[inline]

@@ -121,6 +121,9 @@ pub trait RawRow {
     fn value(&self, col: usize) -> Result<ValueRef<'_>>;
 }
 
+/// Row callback of [`Conn::query_first_each`]: the key's position, its row.
+pub type EachRawRow<'f> = dyn FnMut(usize, Option<&dyn RawRow>) -> Result<()> + 'f;
+
 /// Row callback of [`Conn::query`].
 pub type RowFn<'f> = dyn FnMut(&dyn RawRow) -> Result<()> + 'f;
 
@@ -161,6 +164,23 @@ pub trait Conn: Send {
             Ok(())
         })?;
         Ok(found)
+    }
+
+    /// Runs a by-key query ([`Conn::query_first`]) once per key, handing
+    /// `out` each key's position and its row (`None` without one), in order.
+    /// The default runs them one after the other; PostgreSQL pipelines them.
+    fn query_first_each(
+        &mut self,
+        sql: &str,
+        keys: &[i64],
+        out: &mut EachRawRow<'_>,
+    ) -> Result<(), QueryError> {
+        for (i, &k) in keys.iter().enumerate() {
+            if !self.query_first(sql, &[ValueRef::Int(k)], &mut |raw| out(i, Some(raw)))? {
+                out(i, None).map_err(QueryError::Out)?;
+            }
+        }
+        Ok(())
     }
 
     /// Runs parameterless statements (DDL, BEGIN, COMMIT), unprepared.

@@ -19,17 +19,21 @@ use burrow_core::chrono::{DateTime, Datelike, NaiveDate, Utc};
 use burrow_core::datetime::{format_date, format_datetime};
 use burrow_core::{Error, Result, ValueRef};
 use bytes::BytesMut;
-use futures_util::future::join3;
+use futures_util::future::{join3, join_all};
 use futures_util::{pin_mut, TryStreamExt};
 use tokio_postgres::error::SqlState;
 use tokio_postgres::types::{FromSql, IsNull, Kind, ToSql, Type};
 use tokio_postgres::{Client, Config, NoTls, Row, Statement};
 
-use crate::conn::{Conn, DbError, DbErrorKind, QueryError, RawRow, RowFn};
+use crate::conn::{Conn, DbError, DbErrorKind, EachRawRow, QueryError, RawRow, RowFn};
 use crate::options::SqlOptions;
 
 /// Prepared statements kept per connection before the cache is cleared.
 const STATEMENT_CACHE: usize = 512;
+
+/// By-key queries sent in one pipeline before their answers are read: it
+/// bounds the rows held at once, not the round trips (one per 256 keys).
+const PIPELINE: usize = 256;
 
 /// Microseconds from the Unix epoch to PostgreSQL's (2000-01-01).
 const PG_EPOCH_MICROS: i64 = 946_684_800_000_000;
@@ -333,6 +337,52 @@ impl Conn for PgConn {
         let refs: Vec<&(dyn ToSql + Sync)> =
             args.iter().map(|a| a as &(dyn ToSql + Sync)).collect();
         self.run_query(sql, &refs, guard, out)
+    }
+
+    fn query_first_each(
+        &mut self,
+        sql: &str,
+        keys: &[i64],
+        out: &mut EachRawRow<'_>,
+    ) -> Result<(), QueryError> {
+        let stmt = self.prepare(sql)?;
+        let client = &self.client;
+        for (c, chunk) in keys.chunks(PIPELINE).enumerate() {
+            let values: Vec<ValueRef<'_>> = chunk.iter().map(|&k| ValueRef::Int(k)).collect();
+            let args: Vec<PgArg<'_, '_>> = values.iter().map(PgArg).collect();
+            // Polled together, the queries go out back to back, each its own
+            // Bind, Execute and Sync, and their answers come back in order.
+            let answers = self.rt.block_on(join_all(args.iter().map(|a| {
+                let stmt = &stmt;
+                async move {
+                    let rows = client
+                        .query_raw(stmt, std::iter::once(a as &(dyn ToSql + Sync)))
+                        .await?;
+                    pin_mut!(rows);
+                    let first = rows.try_next().await?;
+                    // A stream is not polled again once it has ended.
+                    if first.is_some() {
+                        while rows.try_next().await?.is_some() {}
+                    }
+                    Ok::<_, tokio_postgres::Error>(first)
+                }
+            })));
+            // Nothing is handed out unless the whole chunk answered: a
+            // failure leaves the caller free to read the chunk again.
+            let mut rows = Vec::with_capacity(answers.len());
+            for a in answers {
+                rows.push(a.map_err(|e| QueryError::Db(err_of(client, &e)))?);
+            }
+            for (i, row) in rows.iter().enumerate() {
+                let at = c * PIPELINE + i;
+                match row {
+                    Some(row) => out(at, Some(&PgRow(row))),
+                    None => out(at, None),
+                }
+                .map_err(QueryError::Out)?;
+            }
+        }
+        Ok(())
     }
 
     fn simple(&mut self, sql: &str) -> Result<(), DbError> {

@@ -89,6 +89,29 @@ pub(crate) fn retrieve(
     .map_err(|e| q_err(e, Some(table)))
 }
 
+pub(crate) fn retrieve_many(
+    s: &impl Session,
+    table: &'static Table,
+    ids: &[i64],
+    out: &mut burrow_core::EachRow<'_>,
+) -> Result<()> {
+    let t = s.engine().table(table)?;
+    // Rows handed out before a connection died are not handed out again
+    // when the session retries on another one.
+    let mut done = 0;
+    s.read(|conn| {
+        let start = done;
+        conn.query_first_each(&t.select_by_id, &ids[start..], &mut |i, raw| {
+            done = start + i + 1;
+            match raw {
+                Some(raw) => out(start + i, Some(&TypedRow { raw, table })),
+                None => out(start + i, None),
+            }
+        })
+    })
+    .map_err(|e| q_err(e, Some(table)))
+}
+
 pub(crate) fn select(
     s: &impl Session,
     table: &'static Table,
@@ -243,6 +266,15 @@ impl<S: Session> burrow_core::RowOps for Via<'_, S> {
         out: &mut dyn FnMut(&dyn burrow_core::Row) -> burrow_core::Result<()>,
     ) -> burrow_core::Result<bool> {
         retrieve(self.0, table, id, out)
+    }
+
+    fn retrieve_many(
+        &self,
+        table: &'static burrow_core::Table,
+        ids: &[i64],
+        out: &mut burrow_core::EachRow<'_>,
+    ) -> burrow_core::Result<()> {
+        retrieve_many(self.0, table, ids, out)
     }
 
     fn select(

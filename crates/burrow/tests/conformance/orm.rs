@@ -13,6 +13,7 @@ conformance!(
     add_with_id_taken_is_a_unique_violation,
     retrieve_get_and_retrieve_into_when_missing,
     retrieve_into_overwrites_the_record,
+    get_many_answers_each_id_in_order,
     retrieve_where_finds_the_first_match,
     update_writes_every_field,
     update_of_a_missing_id_is_not_found,
@@ -128,6 +129,51 @@ fn retrieve_get_and_retrieve_into_when_missing(f: &dyn Factory) -> TestResult {
         &into,
         &copy,
         "retrieve_into leaves the record alone when missing",
+    )?;
+    Ok(())
+}
+
+fn get_many_answers_each_id_in_order(f: &dyn Factory) -> TestResult {
+    let store = f.fresh()?;
+    let c = store.open()?;
+    assert!(c.get_many::<Sample>(&[])?.is_empty());
+    // More rows than PostgreSQL's engine sends in one pipeline.
+    let seeded = seed(&c, "m", 300)?;
+    let missing = seeded.iter().map(|s| s.id).max().unwrap_or(0) + 1000;
+    let mut ids: Vec<i64> = seeded.iter().rev().map(|s| s.id).collect();
+    ids.insert(7, missing);
+    ids.insert(260, 0);
+    ids.push(seeded[3].id);
+    ids.push(-1);
+    let got = c.get_many::<Sample>(&ids)?;
+    assert_eq!(got.len(), ids.len());
+    for (id, row) in ids.iter().zip(&got) {
+        same(row, &c.get::<Sample>(*id)?, &format!("get_many of ID {id}"))?;
+    }
+    assert!(got[7].is_none() && got[260].is_none() && got[ids.len() - 1].is_none());
+    same(
+        &got[ids.len() - 2],
+        &Some(seeded[3].clone()),
+        "an ID asked twice",
+    )?;
+    // Inside a transaction: its own uncommitted writes.
+    let tx = c.transaction()?;
+    let mut fresh = Sample::new("in-tx", 1, "1");
+    tx.add(&mut fresh)?;
+    let mut changed = seeded[0].clone();
+    changed.age = 99;
+    tx.update(&mut changed)?;
+    let seen = tx.get_many::<Sample>(&[fresh.id, changed.id, missing])?;
+    same(
+        &seen,
+        &vec![Some(fresh.clone()), Some(changed.clone()), None],
+        "get_many in a transaction",
+    )?;
+    drop(tx);
+    same(
+        &c.get_many::<Sample>(&[seeded[0].id, fresh.id])?,
+        &vec![Some(seeded[0].clone()), None],
+        "after the rollback",
     )?;
     Ok(())
 }

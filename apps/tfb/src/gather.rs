@@ -1,0 +1,205 @@
+//! The ORM family's calls on PostgreSQL, gathered across requests.
+//!
+//! The external engine's calls block, so they cannot run on an event loop.
+//! Handing each request's call to a pool thread costs two thread hand-offs,
+//! and a round trip per query while that thread waits. Instead, requests
+//! queue their work here and a few threads each take whatever is queued: the
+//! rows by ID that the waiting requests asked for are read by one
+//! [`Orm::get_many`] (on PostgreSQL one pipeline, a prepared query and a Sync
+//! per row, as TFB allows) and handed back to each request. Under load one
+//! hand-off serves dozens of requests; alone, a request waits for nobody.
+
+use std::collections::VecDeque;
+use std::panic::{catch_unwind, AssertUnwindSafe};
+use std::sync::{Arc, Condvar, Mutex, MutexGuard, PoisonError};
+use std::thread::JoinHandle;
+
+use burrow::prelude::*;
+use tokio::sync::oneshot;
+
+use crate::orm::World;
+
+/// The most row IDs one thread takes at once, so that a burst is shared
+/// between the threads rather than read by one while the others idle.
+const MOST_IDS: usize = 1024;
+
+/// Threads running queued ORM work on one [`Database`].
+pub struct Gather {
+    shared: Arc<Shared>,
+    threads: Vec<JoinHandle<()>>,
+}
+
+struct Shared {
+    queue: Mutex<Queue>,
+    ready: Condvar,
+}
+
+#[derive(Default)]
+struct Queue {
+    jobs: VecDeque<Job>,
+    closed: bool,
+}
+
+type Reply<T> = oneshot::Sender<burrow::Result<T>>;
+type Call = Box<dyn FnOnce(&Database) + Send>;
+
+enum Job {
+    /// `World` rows by ID, read together with every other request's.
+    Read(Vec<i64>, Reply<Vec<World>>),
+    /// Any other call, run as it is.
+    Call(Call),
+}
+
+impl Shared {
+    fn lock(&self) -> MutexGuard<'_, Queue> {
+        self.queue.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+}
+
+impl Gather {
+    /// Starts `threads` threads (at least one) on `db`.
+    pub fn start(db: Arc<Database>, threads: usize) -> std::io::Result<Gather> {
+        let shared = Arc::new(Shared {
+            queue: Mutex::new(Queue::default()),
+            ready: Condvar::new(),
+        });
+        let mut g = Gather {
+            shared: shared.clone(),
+            threads: Vec::new(),
+        };
+        for i in 0..threads.max(1) {
+            let (shared, db) = (shared.clone(), db.clone());
+            g.threads.push(
+                std::thread::Builder::new()
+                    .name(format!("tfb-orm-{i}"))
+                    .spawn(move || work(&shared, &db))?,
+            );
+        }
+        Ok(g)
+    }
+
+    /// The `World` rows with these IDs, in order; a missing one is
+    /// [`burrow::Error::NotFound`].
+    pub async fn read(&self, ids: Vec<i64>) -> burrow::Result<Vec<World>> {
+        let (tx, rx) = oneshot::channel();
+        self.push(Job::Read(ids, tx));
+        rx.await.unwrap_or_else(|_| Err(stopped()))
+    }
+
+    /// Runs `f` on one of the threads.
+    pub async fn call<R: Send + 'static>(
+        &self,
+        f: impl FnOnce(&Database) -> burrow::Result<R> + Send + 'static,
+    ) -> burrow::Result<R> {
+        let (tx, rx) = oneshot::channel();
+        self.push(Job::Call(Box::new(move |db| {
+            let _ = tx.send(f(db));
+        })));
+        rx.await.unwrap_or_else(|_| Err(stopped()))
+    }
+
+    fn push(&self, job: Job) {
+        let mut q = self.shared.lock();
+        if q.closed {
+            // Dropping the job drops its reply: the caller hears "stopped".
+            return;
+        }
+        q.jobs.push_back(job);
+        drop(q);
+        self.shared.ready.notify_one();
+    }
+}
+
+impl Drop for Gather {
+    fn drop(&mut self) {
+        self.shared.lock().closed = true;
+        self.shared.ready.notify_all();
+        for t in self.threads.drain(..) {
+            let _ = t.join();
+        }
+    }
+}
+
+fn stopped() -> burrow::Error {
+    burrow::Error::Io(std::io::Error::other("the ORM threads have stopped"))
+}
+
+/// One thread: takes what is queued (reads up to [`MOST_IDS`] rows), reads
+/// every taken row in one call, answers each request, runs the other calls.
+fn work(shared: &Shared, db: &Database) {
+    let mut ids: Vec<i64> = Vec::new();
+    let mut reads: Vec<(usize, Reply<Vec<World>>)> = Vec::new();
+    let mut calls: Vec<Call> = Vec::new();
+    loop {
+        {
+            let mut q = shared.lock();
+            while q.jobs.is_empty() {
+                if q.closed {
+                    return;
+                }
+                q = shared.ready.wait(q).unwrap_or_else(PoisonError::into_inner);
+            }
+            while let Some(job) = q.jobs.front() {
+                let n = match job {
+                    Job::Read(i, _) => i.len(),
+                    Job::Call(_) => 0,
+                };
+                if !ids.is_empty() && ids.len() + n > MOST_IDS {
+                    break;
+                }
+                match q.jobs.pop_front() {
+                    Some(Job::Read(i, reply)) => {
+                        ids.extend_from_slice(&i);
+                        reads.push((i.len(), reply));
+                    }
+                    Some(Job::Call(f)) => calls.push(f),
+                    None => break,
+                }
+            }
+            if !q.jobs.is_empty() {
+                shared.ready.notify_one();
+            }
+        }
+        // A panic drops the replies it had not sent: those requests get an
+        // error, and the thread goes on serving.
+        if !reads.is_empty() {
+            let _ = catch_unwind(AssertUnwindSafe(|| {
+                answer(db.get_many::<World>(&ids), &ids, reads.drain(..))
+            }));
+            reads.clear();
+            ids.clear();
+        }
+        for f in calls.drain(..) {
+            let _ = catch_unwind(AssertUnwindSafe(|| f(db)));
+        }
+    }
+}
+
+/// Hands each request its share of `got`, the rows of `ids` in order.
+fn answer(
+    got: burrow::Result<Vec<Option<World>>>,
+    ids: &[i64],
+    reads: impl Iterator<Item = (usize, Reply<Vec<World>>)>,
+) {
+    match got {
+        Ok(rows) => {
+            let mut rows = rows.into_iter().zip(ids);
+            for (n, reply) in reads {
+                let part = rows
+                    .by_ref()
+                    .take(n)
+                    .map(|(row, &id)| row.ok_or(burrow::Error::NotFound { table: "World", id }))
+                    .collect();
+                let _ = reply.send(part);
+            }
+        }
+        Err(e) => {
+            let message = e.to_string();
+            for (_, reply) in reads {
+                let _ = reply.send(Err(burrow::Error::Io(std::io::Error::other(
+                    message.clone(),
+                ))));
+            }
+        }
+    }
+}
