@@ -37,6 +37,9 @@ struct Shared {
 #[derive(Default)]
 struct Queue {
     jobs: VecDeque<Job>,
+    /// Threads waiting for work: only then does a push wake one (a wake is
+    /// a system call even when nobody waits).
+    idle: usize,
     closed: bool,
 }
 
@@ -105,8 +108,11 @@ impl Gather {
             return;
         }
         q.jobs.push_back(job);
+        let wake = q.idle > 0;
         drop(q);
-        self.shared.ready.notify_one();
+        if wake {
+            self.shared.ready.notify_one();
+        }
     }
 }
 
@@ -137,7 +143,9 @@ fn work(shared: &Shared, db: &Database) {
                 if q.closed {
                     return;
                 }
+                q.idle += 1;
                 q = shared.ready.wait(q).unwrap_or_else(PoisonError::into_inner);
+                q.idle -= 1;
             }
             while let Some(job) = q.jobs.front() {
                 let n = match job {
@@ -156,7 +164,7 @@ fn work(shared: &Shared, db: &Database) {
                     None => break,
                 }
             }
-            if !q.jobs.is_empty() {
+            if !q.jobs.is_empty() && q.idle > 0 {
                 shared.ready.notify_one();
             }
         }

@@ -18,7 +18,8 @@ use crate::{writes, ENGINE};
 #[derive(Clone, Copy, PartialEq, Eq)]
 enum Group {
     AddNew,
-    UpdateAll,
+    /// Updates of every field, or of one same list of fields.
+    Update,
     Delete,
     Other,
 }
@@ -26,9 +27,17 @@ enum Group {
 fn group_of(item: &BatchItem<'_>) -> Group {
     match item.op {
         BatchOp::Add { id: None, .. } => Group::AddNew,
-        BatchOp::Update { fields: None, .. } => Group::UpdateAll,
+        BatchOp::Update { .. } => Group::Update,
         BatchOp::Delete { .. } => Group::Delete,
         _ => Group::Other,
+    }
+}
+
+/// The fields an update writes (`None`: every one); `None` for other items.
+fn updated_fields<'i>(item: &BatchItem<'i>) -> Option<&'i [usize]> {
+    match item.op {
+        BatchOp::Update { fields, .. } => fields,
+        _ => None,
     }
 }
 
@@ -83,9 +92,12 @@ impl Batch<'_> {
             let run = if g == Group::Other || !self.can_group(g) {
                 1
             } else {
+                let fields = updated_fields(&items[i]);
                 items[i..]
                     .iter()
-                    .take_while(|it| group_of(it) == g && it.table.same(table))
+                    .take_while(|it| {
+                        group_of(it) == g && it.table.same(table) && updated_fields(it) == fields
+                    })
                     .count()
             };
             if run > 1 {
@@ -94,7 +106,7 @@ impl Batch<'_> {
                 match g {
                     Group::AddNew => self.add(&t, slice, i)?,
                     Group::Delete => self.delete(&t, slice, i)?,
-                    Group::UpdateAll => self.update(&t, slice, i)?,
+                    Group::Update => self.update(&t, slice, i)?,
                     Group::Other => self.one_by_one(slice, i)?,
                 }
                 i += run;
@@ -111,7 +123,7 @@ impl Batch<'_> {
         match g {
             Group::AddNew => server.consecutive_ids,
             Group::Delete => server.returning,
-            Group::UpdateAll => self.engine.dialect().binds_arrays(),
+            Group::Update => self.engine.dialect().binds_arrays(),
             Group::Other => false,
         }
     }
@@ -357,10 +369,19 @@ impl Batch<'_> {
         Ok(())
     }
 
-    /// PostgreSQL: updates every field of a run of rows from arrays, one
-    /// statement per chunk; a chunk never holds one ID twice.
+    /// PostgreSQL: updates a run of rows from arrays, one statement per
+    /// chunk, every field or the one list of fields the run shares; a chunk
+    /// never holds one ID twice.
     fn update(&mut self, t: &TableSql, items: &[BatchItem<'_>], base: usize) -> Result<()> {
         let n = t.names.columns.len();
+        let fields = items.first().and_then(updated_fields);
+        if fields.is_some_and(|f| f.iter().any(|&i| i >= n)) {
+            // Item by item, each refused with its own result.
+            return self.one_by_one(items, base);
+        }
+        let all: Vec<usize> = (0..n).collect();
+        let written = fields.unwrap_or(&all);
+        let sql = t.pg_unnest_update(fields);
         let cap = self.bulk_rows(t);
         let mut start = 0;
         while start < items.len() {
@@ -377,29 +398,24 @@ impl Batch<'_> {
                 end += 1;
             }
             let chunk = &items[start..end];
-            let mut columns: Vec<Vec<ValueRef<'_>>> =
-                (0..=n).map(|_| Vec::with_capacity(chunk.len())).collect();
+            let mut columns: Vec<Vec<ValueRef<'_>>> = (0..=written.len())
+                .map(|_| Vec::with_capacity(chunk.len()))
+                .collect();
             for it in chunk {
                 if let BatchOp::Update { row, .. } = it.op {
                     columns[0].push(ValueRef::Int(row.id()));
-                    for (i, col) in columns[1..].iter_mut().enumerate() {
-                        col.push(store(t.dialect, t.encs[i], row.field(i)));
+                    for (col, &f) in columns[1..].iter_mut().zip(written) {
+                        col.push(store(t.dialect, t.encs[f], row.field(f)));
                     }
                 }
             }
             let mut found = HashSet::with_capacity(chunk.len());
-            let r = query_arrays(
-                self.conn,
-                &t.pg_unnest_update(),
-                &columns,
-                self.guard,
-                &mut |r| {
-                    if let ValueRef::Int(i) = r.value(0)? {
-                        found.insert(i);
-                    }
-                    Ok(())
-                },
-            );
+            let r = query_arrays(self.conn, &sql, &columns, self.guard, &mut |r| {
+                if let ValueRef::Int(i) = r.value(0)? {
+                    found.insert(i);
+                }
+                Ok(())
+            });
             match r {
                 Ok(()) => {
                     for it in chunk {

@@ -148,28 +148,35 @@ impl TableSql {
         )
     }
 
-    /// PostgreSQL: every field of many rows updated from arrays in one
-    /// statement; returns the IDs found.
-    pub fn pg_unnest_update(&self) -> String {
-        let arrays = self.pg_arrays();
-        let names: Vec<String> = (0..self.pg_types.len())
-            .map(|i| if i == 0 { "k".into() } else { format!("v{i}") })
-            .collect();
-        let sets: Vec<String> = self
-            .names
-            .columns
-            .iter()
-            .enumerate()
-            .map(|(i, c)| format!("{c}=u.v{}", i + 1))
-            .collect();
+    /// PostgreSQL: every field (or the listed field indexes, in that order)
+    /// of many rows updated from arrays in one statement, the ID array first;
+    /// returns the IDs found.
+    pub fn pg_unnest_update(&self, fields: Option<&[usize]>) -> String {
+        let all: Vec<usize>;
+        let fields = match fields {
+            Some(f) => f,
+            None => {
+                all = (0..self.names.columns.len()).collect();
+                &all
+            }
+        };
+        let mut arrays = vec![format!("$1::{}[]", self.pg_types[0])];
+        let mut names = vec!["k".to_owned()];
+        let mut sets = Vec::with_capacity(fields.len());
+        for (i, &f) in fields.iter().enumerate() {
+            arrays.push(format!("${}::{}[]", i + 2, self.pg_types[f + 1]));
+            names.push(format!("v{}", i + 1));
+            sets.push(format!("{}=u.v{}", self.names.columns[f], i + 1));
+        }
         let sets = if sets.is_empty() {
             format!("{0}={0}", self.names.id)
         } else {
             sets.join(",")
         };
         format!(
-            "UPDATE {} AS x SET {sets} FROM UNNEST({arrays}) AS u({}) WHERE x.{}=u.k RETURNING x.{}",
+            "UPDATE {} AS x SET {sets} FROM UNNEST({}) AS u({}) WHERE x.{}=u.k RETURNING x.{}",
             self.names.table,
+            arrays.join(","),
             names.join(","),
             self.names.id,
             self.names.id

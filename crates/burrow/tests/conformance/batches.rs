@@ -471,7 +471,7 @@ fn batch_in_a_committed_transaction(f: &dyn Factory) -> TestResult {
 fn batch_update_fields_writes_only_those_fields(f: &dyn Factory) -> TestResult {
     let store = f.fresh()?;
     let c = store.open()?;
-    let seeded = seed(&c, "bf", 2)?;
+    let seeded = seed(&c, "bf", 3)?;
     let mut batch = Batch::new();
     let mut local = seeded[0].clone();
     local.age = 500;
@@ -484,19 +484,39 @@ fn batch_update_fields_writes_only_those_fields(f: &dyn Factory) -> TestResult {
     let err = expect_kind!(batch.update_fields(seeded[1].clone(), &["Nope"]), BadInput);
     assert!(matches!(err, Error::UnknownField { .. }), "{err:?}");
     expect_kind!(batch.update_fields(seeded[1].clone(), &[]), BadInput);
-    assert_eq!(batch.len(), 2);
+    // A run of another field list, one of them refused: each item gets its
+    // own result, as when the run is written one row at a time.
+    let mut clash = seeded[2].clone();
+    clash.name = "bf0".into();
+    clash.age = 600;
+    batch.update_fields(clash, &["Name"])?;
+    let mut renamed = seeded[1].clone();
+    renamed.name = "bf1-new".into();
+    renamed.age = 700;
+    batch.update_fields(renamed, &["Name"])?;
+    assert_eq!(batch.len(), 4);
     let results = c.send(&mut batch)?;
-    check_results(&results, &[Want::Done, Want::Missing])?;
+    check_results(
+        &results,
+        &[
+            Want::Done,
+            Want::Missing,
+            Want::Failed(ErrorKind::UniqueViolation),
+            Want::Done,
+        ],
+    )?;
+    let back: Sample = c.retrieve(seeded[1].id)?;
+    assert_eq!((back.name.as_str(), back.age), ("bf1-new", seeded[1].age));
+    same(
+        &c.retrieve::<Sample>(seeded[2].id)?,
+        &seeded[2],
+        "the refused row",
+    )?;
     let back: Sample = c.retrieve(seeded[0].id)?;
     assert_eq!(back.age, 500);
     assert_eq!(back.name, "bf0");
     assert_eq!(back.created_at, seeded[0].created_at);
     assert!(back.changed >= seeded[0].changed);
-    same(
-        &c.retrieve::<Sample>(seeded[1].id)?,
-        &seeded[1],
-        "untouched",
-    )?;
     Ok(())
 }
 
