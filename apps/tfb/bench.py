@@ -63,7 +63,15 @@ def port_open():
 def wait_port(proc, what):
     for _ in range(300):
         if proc.poll() is not None:
-            sys.exit(f"{what} exited at start (code {proc.returncode})")
+            hint = ""
+            if what == "mormot":
+                # TFB's servers reach PostgreSQL by this host name.
+                try:
+                    socket.gethostbyname("tfb-database")
+                except OSError:
+                    hint = ("; it connects to host tfb-database: add "
+                            "'127.0.0.1 tfb-database' to /etc/hosts")
+            sys.exit(f"{what} exited at start (code {proc.returncode}){hint}")
         if port_open():
             return
         time.sleep(0.1)

@@ -6,8 +6,10 @@
 //! queue their work here and a few threads each take whatever is queued: the
 //! rows by ID that the waiting requests asked for are read by one
 //! [`Orm::get_many`] (on PostgreSQL one pipeline, a prepared query and a Sync
-//! per row, as TFB allows) and handed back to each request. Under load one
-//! hand-off serves dozens of requests; alone, a request waits for nobody.
+//! per row, as TFB allows) and handed back to each request; each waiting
+//! request's fortunes query is run by one [`Orm::select_many`], pipelined the
+//! same way. Under load one hand-off serves dozens of requests; alone, a
+//! request waits for nobody.
 
 use std::collections::VecDeque;
 use std::panic::{catch_unwind, AssertUnwindSafe};
@@ -15,9 +17,10 @@ use std::sync::{Arc, Condvar, Mutex, MutexGuard, PoisonError};
 use std::thread::JoinHandle;
 
 use burrow::prelude::*;
+use burrow::Query;
 use tokio::sync::oneshot;
 
-use crate::orm::World;
+use crate::orm::{Fortune, World};
 
 /// The most row IDs one thread takes at once, so that a burst is shared
 /// between the threads rather than read by one while the others idle.
@@ -49,6 +52,8 @@ type Call = Box<dyn FnOnce(&Database) + Send>;
 enum Job {
     /// `World` rows by ID, read together with every other request's.
     Read(Vec<i64>, Reply<Vec<World>>),
+    /// Every `Fortune`, one query per request, sent with the others'.
+    Fortunes(Reply<Vec<Fortune>>),
     /// Any other call, run as it is.
     Call(Call),
 }
@@ -89,6 +94,13 @@ impl Gather {
         rx.await.unwrap_or_else(|_| Err(stopped()))
     }
 
+    /// Every `Fortune`, read by a query of this request's own.
+    pub async fn fortunes(&self) -> burrow::Result<Vec<Fortune>> {
+        let (tx, rx) = oneshot::channel();
+        self.push(Job::Fortunes(tx));
+        rx.await.unwrap_or_else(|_| Err(stopped()))
+    }
+
     /// Runs `f` on one of the threads.
     pub async fn call<R: Send + 'static>(
         &self,
@@ -126,6 +138,11 @@ impl Drop for Gather {
     }
 }
 
+/// One request's copy of an error that failed every request of a call.
+fn failed(message: &str) -> burrow::Error {
+    burrow::Error::Io(std::io::Error::other(message.to_owned()))
+}
+
 fn stopped() -> burrow::Error {
     burrow::Error::Io(std::io::Error::other("the ORM threads have stopped"))
 }
@@ -135,6 +152,7 @@ fn stopped() -> burrow::Error {
 fn work(shared: &Shared, db: &Database) {
     let mut ids: Vec<i64> = Vec::new();
     let mut reads: Vec<(usize, Reply<Vec<World>>)> = Vec::new();
+    let mut fortunes: Vec<Reply<Vec<Fortune>>> = Vec::new();
     let mut calls: Vec<Call> = Vec::new();
     loop {
         {
@@ -150,7 +168,7 @@ fn work(shared: &Shared, db: &Database) {
             while let Some(job) = q.jobs.front() {
                 let n = match job {
                     Job::Read(i, _) => i.len(),
-                    Job::Call(_) => 0,
+                    Job::Fortunes(_) | Job::Call(_) => 0,
                 };
                 if !ids.is_empty() && ids.len() + n > MOST_IDS {
                     break;
@@ -160,6 +178,7 @@ fn work(shared: &Shared, db: &Database) {
                         ids.extend_from_slice(&i);
                         reads.push((i.len(), reply));
                     }
+                    Some(Job::Fortunes(reply)) => fortunes.push(reply),
                     Some(Job::Call(f)) => calls.push(f),
                     None => break,
                 }
@@ -176,6 +195,25 @@ fn work(shared: &Shared, db: &Database) {
             }));
             reads.clear();
             ids.clear();
+        }
+        if !fortunes.is_empty() {
+            let _ = catch_unwind(AssertUnwindSafe(|| {
+                let queries = vec![Query::all(); fortunes.len()];
+                match db.select_many::<Fortune>(&queries) {
+                    Ok(lists) => {
+                        for (list, reply) in lists.into_iter().zip(fortunes.drain(..)) {
+                            let _ = reply.send(Ok(list));
+                        }
+                    }
+                    Err(e) => {
+                        let message = e.to_string();
+                        for reply in fortunes.drain(..) {
+                            let _ = reply.send(Err(failed(&message)));
+                        }
+                    }
+                }
+            }));
+            fortunes.clear();
         }
         for f in calls.drain(..) {
             let _ = catch_unwind(AssertUnwindSafe(|| f(db)));
@@ -204,9 +242,7 @@ fn answer(
         Err(e) => {
             let message = e.to_string();
             for (_, reply) in reads {
-                let _ = reply.send(Err(burrow::Error::Io(std::io::Error::other(
-                    message.clone(),
-                ))));
+                let _ = reply.send(Err(failed(&message)));
             }
         }
     }

@@ -213,9 +213,13 @@ impl OrmSide {
         Ok(out)
     }
 
-    /// Every fortune.
+    /// Every fortune, read by this request's own query (on PostgreSQL sent
+    /// with other requests' queries, see [`Gather`]).
     pub async fn fortunes(&self) -> burrow::Result<Vec<Fortune>> {
-        self.run(|db| db.list::<Fortune>("", &[])).await
+        match &self.gather {
+            Some(g) => g.fortunes().await,
+            None => self.db.list::<Fortune>("", &[]),
+        }
     }
 }
 

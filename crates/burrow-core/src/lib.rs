@@ -44,8 +44,8 @@ pub use record::{ConvertError, FieldType, Fields, Json, Record, Ref, Row};
 pub use row::OwnedRow;
 pub use schema::{AutoTime, Column, Field, FieldKind, Table};
 pub use storage::{
-    BatchItem, BatchOp, BatchResult, Caps, EachRow, EngineTx, OnlineBackup, Placement, RowOps,
-    SqlHost, Storage, DEFAULT_LOCK_TIMEOUT,
+    BatchItem, BatchOp, BatchResult, Caps, EachRow, EachSelected, EngineTx, OnlineBackup,
+    Placement, RowOps, SqlHost, Storage, DEFAULT_LOCK_TIMEOUT,
 };
 pub use transaction::Transaction;
 pub use value::{Params, Value, ValueRef};

@@ -248,6 +248,30 @@ pub trait Orm {
         Ok(out)
     }
 
+    /// The `T`s each [`Query`] selects, one list per query, each query run
+    /// on its own: an engine across a network sends them together,
+    /// PostgreSQL in one pipelined round trip (see [`RowOps::select_many`]).
+    fn select_many<T: Record>(&self, queries: &[Query]) -> Result<Vec<Vec<T>>> {
+        let selects = queries
+            .iter()
+            .map(|q| q.resolve(T::table()))
+            .collect::<Result<Vec<_>>>()?;
+        let mut out: Vec<Vec<T>> = Vec::with_capacity(queries.len());
+        out.resize_with(queries.len(), Vec::new);
+        self.route(T::table())?
+            .select_many(T::table(), &selects, &mut |i, row| {
+                let list = out.get_mut(i).ok_or_else(|| {
+                    Error::engine(
+                        "orm",
+                        format!("an answer to select #{i} of {}", queries.len()),
+                    )
+                })?;
+                list.push(T::from_row(row)?);
+                Ok(())
+            })?;
+        Ok(out)
+    }
+
     /// Streams the selected `T`s through `f`, reading every row into one record
     /// whose text and blob buffers are reused.
     fn for_each<T: Record>(

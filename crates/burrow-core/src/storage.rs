@@ -127,6 +127,10 @@ impl Caps {
 /// for, and that ID's row (`None` when there is none).
 pub type EachRow<'f> = dyn FnMut(usize, Option<&dyn Row>) -> Result<()> + 'f;
 
+/// The callback of [`RowOps::select_many`]: a position in the selects, and
+/// one of that select's rows.
+pub type EachSelected<'f> = dyn FnMut(usize, &dyn Row) -> Result<()> + 'f;
+
 /// The row calls of a unit of work: an engine's own (each call its own
 /// transaction) or those of an open [`EngineTx`].
 ///
@@ -187,6 +191,23 @@ pub trait RowOps {
         select: &Select,
         out: &mut dyn FnMut(&dyn Row) -> Result<()>,
     ) -> Result<()>;
+
+    /// Runs each select as its own query, handing `out` the select's
+    /// position and each of its rows, the selects in order. An engine across
+    /// a network sends them together (PostgreSQL pipelines them, each with
+    /// its own Sync, holding a few selects' rows at a time until they are
+    /// handed out); the default runs them one after the other.
+    fn select_many(
+        &self,
+        table: &'static Table,
+        selects: &[Select],
+        out: &mut EachSelected<'_>,
+    ) -> Result<()> {
+        for (i, select) in selects.iter().enumerate() {
+            self.select(table, select, &mut |row| out(i, row))?;
+        }
+        Ok(())
+    }
 
     /// Counts the matching rows.
     fn count(&self, table: &'static Table, filter: &Filter) -> Result<u64>;
@@ -470,6 +491,17 @@ macro_rules! forward_row_ops {
             ) -> $crate::Result<()> {
                 let $s = self;
                 $crate::RowOps::select(&$target, table, select, out)
+            }
+
+            #[inline]
+            fn select_many(
+                &self,
+                table: &'static $crate::Table,
+                selects: &[$crate::Select],
+                out: &mut $crate::EachSelected<'_>,
+            ) -> $crate::Result<()> {
+                let $s = self;
+                $crate::RowOps::select_many(&$target, table, selects, out)
             }
 
             #[inline]

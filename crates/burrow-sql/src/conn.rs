@@ -124,6 +124,9 @@ pub trait RawRow {
 /// Row callback of [`Conn::query_first_each`]: the key's position, its row.
 pub type EachRawRow<'f> = dyn FnMut(usize, Option<&dyn RawRow>) -> Result<()> + 'f;
 
+/// Row callback of [`Conn::query_each`]: the query's position, one row.
+pub type EachQueried<'f> = dyn FnMut(usize, &dyn RawRow) -> Result<()> + 'f;
+
 /// Row callback of [`Conn::query`].
 pub type RowFn<'f> = dyn FnMut(&dyn RawRow) -> Result<()> + 'f;
 
@@ -179,6 +182,20 @@ pub trait Conn: Send {
             if !self.query_first(sql, &[ValueRef::Int(k)], &mut |raw| out(i, Some(raw)))? {
                 out(i, None).map_err(QueryError::Out)?;
             }
+        }
+        Ok(())
+    }
+
+    /// Runs each query (statement, parameters) as [`Conn::query`] does,
+    /// handing `out` the query's position and each of its rows, in order.
+    /// The default runs them one after the other; PostgreSQL pipelines them.
+    fn query_each(
+        &mut self,
+        queries: &[(&str, &[ValueRef<'_>])],
+        out: &mut EachQueried<'_>,
+    ) -> Result<(), QueryError> {
+        for (i, (sql, params)) in queries.iter().enumerate() {
+            self.query(sql, params, false, &mut |raw| out(i, raw))?;
         }
         Ok(())
     }

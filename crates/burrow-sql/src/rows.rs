@@ -112,6 +112,41 @@ pub(crate) fn retrieve_many(
     .map_err(|e| q_err(e, Some(table)))
 }
 
+pub(crate) fn select_many(
+    s: &impl Session,
+    table: &'static Table,
+    selects: &[Select],
+    out: &mut burrow_core::EachSelected<'_>,
+) -> Result<()> {
+    let t = s.engine().table(table)?;
+    let texts: Vec<(String, Vec<ValueRef<'_>>)> = selects
+        .iter()
+        .map(|select| {
+            let (sql, paged) = t.select_sql(None, select);
+            (sql, page_params(&t, select, paged))
+        })
+        .collect();
+    let queries: Vec<(&str, &[ValueRef<'_>])> = texts
+        .iter()
+        .map(|(sql, p)| (sql.as_str(), p.as_slice()))
+        .collect();
+    let mut started = false;
+    s.read(|conn| {
+        if started {
+            // As in `select`: rows already handed out are not repeated.
+            return Err(QueryError::Out(Error::engine(
+                ENGINE,
+                "connection lost mid-read",
+            )));
+        }
+        conn.query_each(&queries, &mut |i, raw| {
+            started = true;
+            out(i, &TypedRow { raw, table })
+        })
+    })
+    .map_err(|e| q_err(e, Some(table)))
+}
+
 pub(crate) fn select(
     s: &impl Session,
     table: &'static Table,
@@ -284,6 +319,15 @@ impl<S: Session> burrow_core::RowOps for Via<'_, S> {
         out: &mut dyn FnMut(&dyn burrow_core::Row) -> burrow_core::Result<()>,
     ) -> burrow_core::Result<()> {
         self::select(self.0, table, select, out)
+    }
+
+    fn select_many(
+        &self,
+        table: &'static burrow_core::Table,
+        selects: &[burrow_core::Select],
+        out: &mut burrow_core::EachSelected<'_>,
+    ) -> burrow_core::Result<()> {
+        select_many(self.0, table, selects, out)
     }
 
     fn count(

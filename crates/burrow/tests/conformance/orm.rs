@@ -14,6 +14,7 @@ conformance!(
     retrieve_get_and_retrieve_into_when_missing,
     retrieve_into_overwrites_the_record,
     get_many_answers_each_id_in_order,
+    select_many_answers_each_query_in_order,
     retrieve_where_finds_the_first_match,
     update_writes_every_field,
     update_of_a_missing_id_is_not_found,
@@ -175,6 +176,54 @@ fn get_many_answers_each_id_in_order(f: &dyn Factory) -> TestResult {
         &vec![Some(seeded[0].clone()), None],
         "after the rollback",
     )?;
+    Ok(())
+}
+
+fn select_many_answers_each_query_in_order(f: &dyn Factory) -> TestResult {
+    let store = f.fresh()?;
+    let c = store.open()?;
+    assert!(c.select_many::<Sample>(&[])?.is_empty());
+    seed(&c, "q", 30)?;
+    // More queries than PostgreSQL's engine sends in one pipeline, with
+    // filters, orders, limits, and some answering nothing.
+    let queries: Vec<Query> = (0..40i64)
+        .map(|i| match i % 4 {
+            0 => Query::filter("Age >= ?", params![i % 30]).order_by("Age"),
+            1 => Query::all()
+                .order_by("Age")
+                .desc()
+                .limit(3)
+                .offset(i as u64 % 7),
+            2 => Query::filter("Name = ?", params![format!("q{}", i % 35)]),
+            _ => Query::filter("Age > ?", params![100]),
+        })
+        .collect();
+    let lists = c.select_many::<Sample>(&queries)?;
+    assert_eq!(lists.len(), queries.len());
+    for (i, (q, list)) in queries.iter().zip(&lists).enumerate() {
+        same(list, &c.select::<Sample>(q)?, &format!("select_many #{i}"))?;
+    }
+    assert!(lists[3].is_empty() && !lists[0].is_empty());
+    // A bad query is refused before anything runs.
+    let bad = [Query::all(), Query::filter("Nope = ?", params![1])];
+    expect_kind!(c.select_many::<Sample>(&bad), BadInput);
+    // Inside a transaction: its own uncommitted writes.
+    let tx = c.transaction()?;
+    let mut fresh = Sample::new("in-tx", 77, "1");
+    tx.add(&mut fresh)?;
+    let seen = tx.select_many::<Sample>(&[
+        Query::filter("Age = ?", params![77]),
+        Query::filter("Name = ?", params!["q0"]),
+    ])?;
+    same(
+        &seen[0],
+        &vec![fresh.clone()],
+        "select_many in a transaction",
+    )?;
+    assert_eq!(seen[1].len(), 1);
+    drop(tx);
+    let after = c.select_many::<Sample>(&[Query::filter("Age = ?", params![77])])?;
+    assert!(after[0].is_empty(), "after the rollback");
     Ok(())
 }
 
