@@ -32,7 +32,8 @@ use crate::options::SqlOptions;
 const STATEMENT_CACHE: usize = 512;
 
 /// By-key queries sent in one pipeline before their answers are read: it
-/// bounds the rows held at once, not the round trips (one per 256 keys).
+/// bounds the rows held at once (one per key at most), not the round trips
+/// (one per 256 keys).
 const PIPELINE: usize = 256;
 
 /// Selects sent in one pipeline: their rows are all held until the last
@@ -301,6 +302,46 @@ impl PgConn {
         }
     }
 
+    /// Sends `queries` in pipelines of `chunk`, each its own Bind, Execute
+    /// and Sync, back to back, and hands `out` each query's position and
+    /// rows once its whole pipeline has answered: a failure hands out nothing
+    /// of that pipeline, so the caller may read it again elsewhere.
+    fn pipelined(
+        &mut self,
+        queries: &[(&str, &[ValueRef<'_>])],
+        chunk: usize,
+        out: &mut dyn FnMut(usize, &[Row]) -> Result<()>,
+    ) -> Result<(), QueryError> {
+        let stmts = queries
+            .iter()
+            .map(|(sql, _)| self.prepare(sql))
+            .collect::<Result<Vec<_>, _>>()?;
+        let client = &self.client;
+        for (c, part) in queries.chunks(chunk).enumerate() {
+            let at = c * chunk;
+            let args: Vec<Vec<PgArg<'_, '_>>> = part
+                .iter()
+                .map(|(_, params)| params.iter().map(PgArg).collect())
+                .collect();
+            let answers = self.rt.block_on(join_all(args.iter().zip(&stmts[at..]).map(
+                |(args, stmt)| async move {
+                    let rows = client
+                        .query_raw(stmt, args.iter().map(|a| a as &(dyn ToSql + Sync)))
+                        .await?;
+                    rows.try_collect::<Vec<Row>>().await
+                },
+            )));
+            let mut lists = Vec::with_capacity(answers.len());
+            for a in answers {
+                lists.push(a.map_err(|e| QueryError::Db(err_of(client, &e)))?);
+            }
+            for (i, rows) in lists.iter().enumerate() {
+                out(at + i, rows).map_err(QueryError::Out)?;
+            }
+        }
+        Ok(())
+    }
+
     /// Runs a statement whose parameters are whole columns, bound as arrays
     /// (for `UNNEST` and `= ANY`), handing each returned row to `out`.
     pub fn query_arrays(
@@ -349,44 +390,12 @@ impl Conn for PgConn {
         keys: &[i64],
         out: &mut EachRawRow<'_>,
     ) -> Result<(), QueryError> {
-        let stmt = self.prepare(sql)?;
-        let client = &self.client;
-        for (c, chunk) in keys.chunks(PIPELINE).enumerate() {
-            let values: Vec<ValueRef<'_>> = chunk.iter().map(|&k| ValueRef::Int(k)).collect();
-            let args: Vec<PgArg<'_, '_>> = values.iter().map(PgArg).collect();
-            // Polled together, the queries go out back to back, each its own
-            // Bind, Execute and Sync, and their answers come back in order.
-            let answers = self.rt.block_on(join_all(args.iter().map(|a| {
-                let stmt = &stmt;
-                async move {
-                    let rows = client
-                        .query_raw(stmt, std::iter::once(a as &(dyn ToSql + Sync)))
-                        .await?;
-                    pin_mut!(rows);
-                    let first = rows.try_next().await?;
-                    // A stream is not polled again once it has ended.
-                    if first.is_some() {
-                        while rows.try_next().await?.is_some() {}
-                    }
-                    Ok::<_, tokio_postgres::Error>(first)
-                }
-            })));
-            // Nothing is handed out unless the whole chunk answered: a
-            // failure leaves the caller free to read the chunk again.
-            let mut rows = Vec::with_capacity(answers.len());
-            for a in answers {
-                rows.push(a.map_err(|e| QueryError::Db(err_of(client, &e)))?);
-            }
-            for (i, row) in rows.iter().enumerate() {
-                let at = c * PIPELINE + i;
-                match row {
-                    Some(row) => out(at, Some(&PgRow(row))),
-                    None => out(at, None),
-                }
-                .map_err(QueryError::Out)?;
-            }
-        }
-        Ok(())
+        let params: Vec<[ValueRef<'_>; 1]> = keys.iter().map(|&k| [ValueRef::Int(k)]).collect();
+        let queries: Vec<(&str, &[ValueRef<'_>])> = params.iter().map(|p| (sql, &p[..])).collect();
+        self.pipelined(&queries, PIPELINE, &mut |i, rows| match rows.first() {
+            Some(row) => out(i, Some(&PgRow(row))),
+            None => out(i, None),
+        })
     }
 
     fn query_each(
@@ -394,36 +403,9 @@ impl Conn for PgConn {
         queries: &[(&str, &[ValueRef<'_>])],
         out: &mut EachQueried<'_>,
     ) -> Result<(), QueryError> {
-        let stmts = queries
-            .iter()
-            .map(|(sql, _)| self.prepare(sql))
-            .collect::<Result<Vec<_>, _>>()?;
-        let client = &self.client;
-        for (c, chunk) in queries.chunks(SELECTS_PIPELINED).enumerate() {
-            let at = c * SELECTS_PIPELINED;
-            let args: Vec<Vec<PgArg<'_, '_>>> = chunk
-                .iter()
-                .map(|(_, params)| params.iter().map(PgArg).collect())
-                .collect();
-            let answers = self.rt.block_on(join_all(args.iter().zip(&stmts[at..]).map(
-                |(args, stmt)| async move {
-                    let rows = client
-                        .query_raw(stmt, args.iter().map(|a| a as &(dyn ToSql + Sync)))
-                        .await?;
-                    rows.try_collect::<Vec<Row>>().await
-                },
-            )));
-            let mut lists = Vec::with_capacity(answers.len());
-            for a in answers {
-                lists.push(a.map_err(|e| QueryError::Db(err_of(client, &e)))?);
-            }
-            for (i, rows) in lists.iter().enumerate() {
-                for row in rows {
-                    out(at + i, &PgRow(row)).map_err(QueryError::Out)?;
-                }
-            }
-        }
-        Ok(())
+        self.pipelined(queries, SELECTS_PIPELINED, &mut |i, rows| {
+            rows.iter().try_for_each(|row| out(i, &PgRow(row)))
+        })
     }
 
     fn simple(&mut self, sql: &str) -> Result<(), DbError> {
