@@ -22,9 +22,11 @@ use tokio::sync::oneshot;
 
 use crate::orm::{Fortune, World};
 
-/// The most row IDs one thread takes at once, so that a burst is shared
-/// between the threads rather than read by one while the others idle.
+/// The most row IDs, and the most other jobs, one thread takes at once, so
+/// that a burst is shared between the threads rather than served by one
+/// while the others idle.
 const MOST_IDS: usize = 1024;
+const MOST_JOBS: usize = 64;
 
 /// Threads running queued ORM work on one [`Database`].
 pub struct Gather {
@@ -147,8 +149,9 @@ fn stopped() -> burrow::Error {
     burrow::Error::Io(std::io::Error::other("the ORM threads have stopped"))
 }
 
-/// One thread: takes what is queued (reads up to [`MOST_IDS`] rows), reads
-/// every taken row in one call, answers each request, runs the other calls.
+/// One thread: takes what is queued (up to [`MOST_IDS`] rows and
+/// [`MOST_JOBS`] other jobs), reads every taken row in one call and every
+/// taken fortunes query in another, answers each request, runs the calls.
 fn work(shared: &Shared, db: &Database) {
     let mut ids: Vec<i64> = Vec::new();
     let mut reads: Vec<(usize, Reply<Vec<World>>)> = Vec::new();
@@ -166,11 +169,11 @@ fn work(shared: &Shared, db: &Database) {
                 q.idle -= 1;
             }
             while let Some(job) = q.jobs.front() {
-                let n = match job {
-                    Job::Read(i, _) => i.len(),
-                    Job::Fortunes(_) | Job::Call(_) => 0,
+                let full = match job {
+                    Job::Read(i, _) => !ids.is_empty() && ids.len() + i.len() > MOST_IDS,
+                    Job::Fortunes(_) | Job::Call(_) => fortunes.len() + calls.len() >= MOST_JOBS,
                 };
-                if !ids.is_empty() && ids.len() + n > MOST_IDS {
+                if full {
                     break;
                 }
                 match q.jobs.pop_front() {
