@@ -20,13 +20,19 @@ use burrow::prelude::*;
 use burrow::Query;
 use tokio::sync::oneshot;
 
-use crate::orm::{Fortune, World};
+use crate::orm::{must_exist, Fortune, World};
 
 /// The most row IDs, and the most other jobs, one thread takes at once, so
 /// that a burst is shared between the threads rather than served by one
 /// while the others idle.
 const MOST_IDS: usize = 1024;
 const MOST_JOBS: usize = 64;
+
+/// The most jobs waiting at once. A request waits for its job, but one whose
+/// client went away leaves it queued: clients connecting, asking and
+/// leaving faster than PostgreSQL answers must not grow the queue without
+/// end. Past this, requests are answered at once with an error.
+const MOST_QUEUED: usize = 1 << 16;
 
 /// Threads running queued ORM work on one [`Database`].
 pub struct Gather {
@@ -92,14 +98,14 @@ impl Gather {
     /// [`burrow::Error::NotFound`].
     pub async fn read(&self, ids: Vec<i64>) -> burrow::Result<Vec<World>> {
         let (tx, rx) = oneshot::channel();
-        self.push(Job::Read(ids, tx));
+        self.push(Job::Read(ids, tx))?;
         rx.await.unwrap_or_else(|_| Err(stopped()))
     }
 
     /// Every `Fortune`, read by a query of this request's own.
     pub async fn fortunes(&self) -> burrow::Result<Vec<Fortune>> {
         let (tx, rx) = oneshot::channel();
-        self.push(Job::Fortunes(tx));
+        self.push(Job::Fortunes(tx))?;
         rx.await.unwrap_or_else(|_| Err(stopped()))
     }
 
@@ -111,15 +117,22 @@ impl Gather {
         let (tx, rx) = oneshot::channel();
         self.push(Job::Call(Box::new(move |db| {
             let _ = tx.send(f(db));
-        })));
+        })))?;
         rx.await.unwrap_or_else(|_| Err(stopped()))
     }
 
-    fn push(&self, job: Job) {
+    /// Queues `job`, or refuses it when the threads have stopped or
+    /// [`MOST_QUEUED`] jobs already wait.
+    fn push(&self, job: Job) -> burrow::Result<()> {
         let mut q = self.shared.lock();
         if q.closed {
-            // Dropping the job drops its reply: the caller hears "stopped".
-            return;
+            return Err(stopped());
+        }
+        if q.jobs.len() >= MOST_QUEUED {
+            return Err(failed(&format!(
+                "{} ORM calls already wait for PostgreSQL",
+                q.jobs.len()
+            )));
         }
         q.jobs.push_back(job);
         let wake = q.idle > 0;
@@ -127,6 +140,7 @@ impl Gather {
         if wake {
             self.shared.ready.notify_one();
         }
+        Ok(())
     }
 }
 
@@ -234,12 +248,7 @@ fn answer(
         Ok(rows) => {
             let mut rows = rows.into_iter().zip(ids);
             for (n, reply) in reads {
-                let part = rows
-                    .by_ref()
-                    .take(n)
-                    .map(|(row, &id)| row.ok_or(burrow::Error::NotFound { table: "World", id }))
-                    .collect();
-                let _ = reply.send(part);
+                let _ = reply.send(must_exist(rows.by_ref().take(n)));
             }
         }
         Err(e) => {
@@ -248,5 +257,45 @@ fn answer(
                 let _ = reply.send(Err(failed(&message)));
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::sync::mpsc;
+
+    #[test]
+    fn a_full_queue_refuses_at_once_and_drains_on_drop() {
+        let db = Database::open(
+            Model::new().with::<World>().with::<Fortune>(),
+            Arc::new(burrow::memory::MemoryEngine::new()),
+        )
+        .expect("memory database");
+        let g = Gather::start(Arc::new(db), 1).expect("threads");
+        // The one thread waits inside a call until released.
+        let (release, wait) = mpsc::channel::<()>();
+        let (started, running) = mpsc::channel::<()>();
+        g.push(Job::Call(Box::new(move |_| {
+            let _ = started.send(());
+            let _ = wait.recv();
+        })))
+        .expect("first job queued");
+        running.recv().expect("the thread runs the first job");
+        let (done_tx, done_rx) = mpsc::channel::<()>();
+        for _ in 0..MOST_QUEUED {
+            let done = done_tx.clone();
+            g.push(Job::Call(Box::new(move |_| {
+                let _ = done.send(());
+            })))
+            .expect("room in the queue");
+        }
+        let refused = g.push(Job::Call(Box::new(|_| {})));
+        let message = refused.expect_err("a full queue refuses").to_string();
+        assert!(message.contains("already wait"), "{message}");
+        release.send(()).expect("release the thread");
+        drop(g);
+        drop(done_tx);
+        assert_eq!(done_rx.iter().count(), MOST_QUEUED, "every queued job ran");
     }
 }

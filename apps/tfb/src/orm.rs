@@ -226,10 +226,15 @@ impl OrmSide {
 /// Rows that must exist (TFB's IDs are 1..=10,000), each read by its own
 /// query.
 pub(crate) fn rows(db: &Database, ids: &[i64]) -> burrow::Result<Vec<World>> {
-    db.get_many::<World>(ids)?
-        .into_iter()
-        .zip(ids)
-        .map(|(row, &id)| row.ok_or(burrow::Error::NotFound { table: "World", id }))
+    must_exist(db.get_many::<World>(ids)?.into_iter().zip(ids))
+}
+
+/// The rows of `get_many`, each with its ID: a missing one is
+/// [`burrow::Error::NotFound`].
+pub(crate) fn must_exist<'i>(
+    rows: impl Iterator<Item = (Option<World>, &'i i64)>,
+) -> burrow::Result<Vec<World>> {
+    rows.map(|(row, &id)| row.ok_or(burrow::Error::NotFound { table: "World", id }))
         .collect()
 }
 

@@ -312,23 +312,35 @@ impl PgConn {
         chunk: usize,
         out: &mut dyn FnMut(usize, &[Row]) -> Result<()>,
     ) -> Result<(), QueryError> {
-        let stmts = queries
-            .iter()
-            .map(|(sql, _)| self.prepare(sql))
-            .collect::<Result<Vec<_>, _>>()?;
+        let mut stmts: Vec<Statement> = Vec::with_capacity(queries.len());
+        for (i, (sql, _)) in queries.iter().enumerate() {
+            // By-key reads repeat one statement: looked up once, not per key.
+            let same = i > 0 && queries[i - 1].0 == *sql;
+            let stmt = match stmts.last() {
+                Some(last) if same => last.clone(),
+                _ => self.prepare(sql)?,
+            };
+            stmts.push(stmt);
+        }
         let client = &self.client;
         for (c, part) in queries.chunks(chunk).enumerate() {
             let at = c * chunk;
-            let args: Vec<Vec<PgArg<'_, '_>>> = part
+            // Every query's arguments in one vector, each query its slice.
+            let args: Vec<PgArg<'_, '_>> = part
                 .iter()
-                .map(|(_, params)| params.iter().map(PgArg).collect())
+                .flat_map(|(_, params)| params.iter().map(PgArg))
                 .collect();
-            let answers = self.rt.block_on(join_all(args.iter().zip(&stmts[at..]).map(
-                |(args, stmt)| async move {
-                    let rows = client
-                        .query_raw(stmt, args.iter().map(|a| a as &(dyn ToSql + Sync)))
-                        .await?;
-                    rows.try_collect::<Vec<Row>>().await
+            let mut from = 0;
+            let answers = self.rt.block_on(join_all(part.iter().zip(&stmts[at..]).map(
+                |((_, params), stmt)| {
+                    let mine = &args[from..from + params.len()];
+                    from += params.len();
+                    async move {
+                        let rows = client
+                            .query_raw(stmt, mine.iter().map(|a| a as &(dyn ToSql + Sync)))
+                            .await?;
+                        rows.try_collect::<Vec<Row>>().await
+                    }
                 },
             )));
             let mut lists = Vec::with_capacity(answers.len());
