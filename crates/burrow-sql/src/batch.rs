@@ -381,7 +381,7 @@ impl Batch<'_> {
         }
         let all: Vec<usize> = (0..n).collect();
         let written = fields.unwrap_or(&all);
-        let sql = t.pg_unnest_update(fields);
+        let sql = t.pg_unnest_update(written);
         let cap = self.bulk_rows(t);
         let mut start = 0;
         while start < items.len() {

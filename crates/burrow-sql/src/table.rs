@@ -148,18 +148,10 @@ impl TableSql {
         )
     }
 
-    /// PostgreSQL: every field (or the listed field indexes, in that order)
-    /// of many rows updated from arrays in one statement, the ID array first;
-    /// returns the IDs found.
-    pub fn pg_unnest_update(&self, fields: Option<&[usize]>) -> String {
-        let all: Vec<usize>;
-        let fields = match fields {
-            Some(f) => f,
-            None => {
-                all = (0..self.names.columns.len()).collect();
-                &all
-            }
-        };
+    /// PostgreSQL: the listed field indexes (in that order) of many rows
+    /// updated from arrays in one statement, the ID array first; returns the
+    /// IDs found.
+    pub fn pg_unnest_update(&self, fields: &[usize]) -> String {
         let mut arrays = vec![format!("$1::{}[]", self.pg_types[0])];
         let mut names = vec!["k".to_owned()];
         let mut sets = Vec::with_capacity(fields.len());
