@@ -251,7 +251,10 @@ fn parse_any_datetime(s: &str) -> Option<DateTime<Utc>> {
 /// year of four digits). Such a text reads back as itself: parsed and written
 /// again it is the same text, or it is no date and a reader keeps it as text.
 pub fn is_written_date(s: &str) -> bool {
-    let b = s.as_bytes();
+    written_date(s.as_bytes())
+}
+
+fn written_date(b: &[u8]) -> bool {
     b.len() == 10
         && b.iter().enumerate().all(|(i, c)| match i {
             4 | 7 => *c == b'-',
@@ -264,7 +267,9 @@ pub fn is_written_date(s: &str) -> bool {
 /// trailing zeros), with the same guarantee as [`is_written_date`].
 pub fn is_written_datetime(s: &str) -> bool {
     let b = s.as_bytes();
-    if b.len() < 19 || !is_written_date(&s[..10]) || b[10] != b'T' {
+    // Bytes, not `&s[..10]`: a stored text may put a multi-byte character
+    // across byte 10.
+    if b.len() < 19 || !written_date(&b[..10]) || b[10] != b'T' {
         return false;
     }
     let time_ok = b[11..19].iter().enumerate().all(|(i, c)| match i {
@@ -384,8 +389,13 @@ mod test {
             "2020-01-02T10:00:00.50",
             "2020-01-02T10:00:00.",
             "2020-01-02T10:00:00.1234567891",
+            // A multi-byte character across byte 10 (another writer's text).
+            "2024-01-0é0T00:00:00",
+            "2024-01-02éT00:00:00",
         ] {
             assert!(!is_written_datetime(s), "{s}");
+            // The general parser takes some of these; it must not panic on any.
+            let _ = parse_datetime(s);
         }
         assert!(is_written_datetime("2020-01-02T10:00:00.5"));
     }
