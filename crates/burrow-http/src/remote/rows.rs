@@ -49,6 +49,17 @@ impl Link<'_> {
         out: &mut dyn FnMut(&dyn Row) -> Result<()>,
     ) -> Result<()> {
         let mut feed = json::ListFeed::new(table);
+        if self.tx.is_some() {
+            // A transaction's one connection is held for the whole exchange:
+            // rows handed out during it could not call back through the
+            // transaction (a nested read would find it taken), so they are
+            // handed out once the answer is whole.
+            let r = self.call("GET", path, body)?;
+            if r.status != 200 {
+                return Err(r.error(Some(table)));
+            }
+            return feed.feed(&r.body, true, out).map(drop);
+        }
         // The first error, from the list or from `out`. The rest of the body
         // is still read (and dropped), so that the connection (and the
         // transaction on it) outlives a failed list, as with a whole body.

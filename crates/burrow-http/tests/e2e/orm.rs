@@ -214,6 +214,25 @@ fn transactions_over_the_wire() -> TestResult {
 }
 
 #[test]
+fn a_remote_transactions_row_callback_may_read_through_it() -> TestResult {
+    let (server, _hosted, _) = open_server();
+    let db = remote(&server);
+    let tx = db.transaction()?;
+    for i in 1..=3 {
+        tx.add(&mut sample(i))?;
+    }
+    let mut seen = Vec::new();
+    tx.for_each::<Sample>(&Query::all(), &mut |s: &Sample| {
+        // A call through the same transaction while its list is read.
+        seen.push(tx.retrieve::<Sample>(s.id)?.id);
+        Ok(())
+    })?;
+    assert_eq!(seen, vec![1, 2, 3]);
+    tx.commit()?;
+    Ok(())
+}
+
+#[test]
 fn a_remote_transaction_dropped_uncommitted_leaves_nothing() -> TestResult {
     let (server, hosted, _) = open_server();
     let db = remote(&server);
