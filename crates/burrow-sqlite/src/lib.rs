@@ -228,15 +228,29 @@ impl SqliteEngine {
         let exposed = Arc::new(vtab::Registry::default());
         conn.create_module(vtab::MODULE, &vtab::BURROW_MODULE, Some(exposed.clone()))
             .map_err(eng)?;
-        let readers = match &options.path {
+        // Readers need what SQLite made of the options, not the options: a
+        // file it really put in WAL mode (a memory database, or one opened
+        // through a `mode=memory` URI, refuses it, and each reader would open
+        // a database of its own), under the absolute name it resolved (a
+        // reader opened later must not follow a change of directory).
+        let wal_file = match options.path.is_some() && options.wal {
+            true => {
+                let mode: String = conn
+                    .query_row("PRAGMA journal_mode", [], |r| r.get(0))
+                    .map_err(eng)?;
+                conn.path()
+                    .filter(|p| !p.is_empty() && mode.eq_ignore_ascii_case("wal"))
+                    .map(std::path::PathBuf::from)
+            }
+            false => None,
+        };
+        let readers = match wal_file {
             Some(p)
-                if options.wal
-                    && options.locking_mode == LockingMode::Normal
-                    && options.readers != Some(0) =>
+                if options.locking_mode == LockingMode::Normal && options.readers != Some(0) =>
             {
                 Some(readers::Readers::new(
                     options.readers.unwrap_or_else(readers::default_count),
-                    p.clone(),
+                    p,
                     vfs,
                     options.busy_timeout,
                     options.cache_size_kib,
@@ -861,7 +875,9 @@ impl At<'_> {
         if let (Some(pool), None) = (&self.engine.readers, self.tx) {
             if !self.engine.turn.wanted() {
                 if let Ok(g) = self.engine.inner.try_lock() {
-                    if g.owner.is_none() {
+                    // Not inside a transaction begun on the connection itself
+                    // (`with_connection`): a read there would see its writes.
+                    if g.owner.is_none() && g.conn.is_autocommit() {
                         return Ok(ReadConn::Writer(g));
                     }
                 }

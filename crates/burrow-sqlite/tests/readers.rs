@@ -378,3 +378,42 @@ fn readers_of_an_encrypted_file_use_its_key_through_a_rekey() -> Res {
     }
     Ok(())
 }
+
+/// A transaction begun on the writer's connection itself (through
+/// `with_connection`) is not one of the engine's: a read outside it still
+/// sees the last commit, never its writes.
+#[test]
+fn a_transaction_begun_on_the_connection_is_not_read_from_outside() -> Res {
+    let dir = tempfile::tempdir()?;
+    let (db, engine) = open(wal(&dir.path().join("c.db"), false))?;
+    db.add(&mut account("a", 5))?;
+    engine.with_connection(|c| c.execute_batch("BEGIN; UPDATE Account SET Balance = 99"))?;
+    assert_eq!(db.retrieve::<Account>(1)?.balance, 5);
+    assert_eq!(
+        db.get_many::<Account>(&[1])?[0].as_ref().map(|a| a.balance),
+        Some(5)
+    );
+    engine.with_connection(|c| c.execute_batch("ROLLBACK"))?;
+    assert_eq!(db.retrieve::<Account>(1)?.balance, 5);
+    Ok(())
+}
+
+/// Asked for WAL and readers, a file name SQLite opens in memory gets one
+/// connection: readers would each open a database of their own.
+#[test]
+fn a_memory_name_with_wal_asked_keeps_one_connection() -> Res {
+    let (db, _engine) = open(wal(std::path::Path::new(":memory:"), false))?;
+    db.add(&mut account("a", 5))?;
+    let db = Arc::new(db);
+    // With the writer taken by a transaction, a read goes to a reader if
+    // there are any; here it waits for the writer and finds the table.
+    let tx = db.transaction()?;
+    let reader = {
+        let db = db.clone();
+        std::thread::spawn(move || db.retrieve::<Account>(1).map(|a| a.balance))
+    };
+    std::thread::sleep(Duration::from_millis(100));
+    drop(tx);
+    assert_eq!(reader.join().expect("reader thread")?, 5);
+    Ok(())
+}
