@@ -165,6 +165,10 @@ fn parse(sql: &str) -> Result<OneTable<'_>> {
         }
         let to = toks.get(at).map_or(sql.len(), |t| t.1);
         st.where_text = sql[from..to].trim();
+        if st.where_text.is_empty() {
+            // Not "every row": SQL refuses a WHERE without a condition.
+            return Err(unsupported("a WHERE without a condition"));
+        }
     }
     if is_kw(toks.get(at), "order") {
         at += 1;
@@ -310,6 +314,9 @@ mod test {
             "SELECT * FROM Sample JOIN Other ON 1",
             "DELETE FROM Sample",
             "SELECT * FROM Sample LIMIT 1 UNION SELECT * FROM Sample",
+            "SELECT * FROM Sample WHERE",
+            "SELECT * FROM Sample WHERE LIMIT 5",
+            "SELECT * FROM Sample WHERE ORDER BY ID",
         ] {
             match parse(sql) {
                 Err(Error::Unsupported(m)) => assert!(m.contains("one-table SQL"), "{sql}: {m}"),
