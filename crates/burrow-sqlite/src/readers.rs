@@ -9,8 +9,8 @@
 use std::cell::Cell;
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::{Arc, Mutex, MutexGuard, PoisonError, TryLockError};
-use std::time::Duration;
+use std::sync::{Arc, Condvar, Mutex, MutexGuard, PoisonError, TryLockError};
+use std::time::{Duration, Instant};
 
 use burrow_core::{Error, Result, Table};
 use rusqlite::{Connection, OpenFlags, Statement};
@@ -22,6 +22,11 @@ use crate::{eng, find_table, hot, TimeText, ENGINE};
 /// one and to prepare a table's statements.
 pub(crate) struct Readers {
     slots: Box<[Mutex<Option<Reader>>]>,
+    /// How many callers wait for a free reader: a reader handed back wakes
+    /// them only when there are any, so a read costs no extra lock otherwise.
+    waiting: AtomicUsize,
+    freed: Mutex<()>,
+    freed_cv: Condvar,
     /// The tables the writer has opened: a reader prepares a table's
     /// statements the first time it reads it, from here.
     tables: Mutex<Vec<Arc<TableSql>>>,
@@ -91,6 +96,9 @@ impl Readers {
     ) -> Self {
         Readers {
             slots: (0..count).map(|_| Mutex::new(None)).collect(),
+            waiting: AtomicUsize::new(0),
+            freed: Mutex::new(()),
+            freed_cv: Condvar::new(),
             tables: Mutex::new(Vec::new()),
             path,
             vfs,
@@ -110,43 +118,81 @@ impl Readers {
     }
 
     /// A reader for one call: the first free one from this thread's own
-    /// slot on; if all are busy, this thread's own, once it is free (a
-    /// blocking wait, not a spin: the caller holding it is reading one
-    /// statement). Opened here the first time its slot is used. Under
-    /// [`burrow_core::driver::without_waiting`], all busy is a refusal.
+    /// slot on; if all are busy, the first to be handed back, waiting at most
+    /// the busy timeout ([`Error::Busy`] after it). The wait is for any
+    /// reader, never for one in particular: a row callback that reads again
+    /// on the same engine holds a reader while it waits for another, and a
+    /// wait for its own would never end. Opened here the first time its slot
+    /// is used. Under [`burrow_core::driver::without_waiting`], all busy is a
+    /// refusal.
     pub(crate) fn take(&self) -> Result<ReaderGuard<'_>> {
-        let n = self.slots.len();
-        let first = home() % n;
-        let mut got = None;
-        for k in 0..n {
-            match self.slots[(first + k) % n].try_lock() {
-                Ok(g) => {
-                    got = Some(g);
-                    break;
-                }
-                // A panic in a caller's row callback leaves the reader as
-                // usable as the writer's connection is in that case: its
-                // statement was reset when its rows were dropped.
-                Err(TryLockError::Poisoned(p)) => {
-                    got = Some(p.into_inner());
-                    break;
-                }
-                Err(TryLockError::WouldBlock) => {}
-            }
-        }
-        let mut slot = match got {
+        let mut slot = match self.try_take() {
             Some(g) => g,
             None if burrow_core::driver::waits_refused() => {
                 return Err(burrow_core::driver::refuse(ENGINE))
             }
-            None => self.slots[first]
-                .lock()
-                .unwrap_or_else(PoisonError::into_inner),
+            None => self.wait_for_one()?,
         };
         if slot.is_none() {
             *slot = Some(self.open()?);
         }
-        Ok(ReaderGuard { pool: self, slot })
+        Ok(ReaderGuard {
+            pool: self,
+            slot: Some(slot),
+        })
+    }
+
+    fn try_take(&self) -> Option<MutexGuard<'_, Option<Reader>>> {
+        let n = self.slots.len();
+        let first = home() % n;
+        (0..n).find_map(|k| match self.slots[(first + k) % n].try_lock() {
+            Ok(g) => Some(g),
+            // A panic in a caller's row callback leaves the reader as usable
+            // as the writer's connection is in that case: its statement was
+            // reset when its rows were dropped.
+            Err(TryLockError::Poisoned(p)) => Some(p.into_inner()),
+            Err(TryLockError::WouldBlock) => None,
+        })
+    }
+
+    /// Waits until a reader is handed back (a blocking wait, not a spin: the
+    /// callers holding them are each reading one statement).
+    fn wait_for_one(&self) -> Result<MutexGuard<'_, Option<Reader>>> {
+        let deadline = Instant::now() + self.busy_timeout;
+        self.waiting.fetch_add(1, Ordering::SeqCst);
+        let _waiting = Waiting(&self.waiting);
+        let mut lock = self.freed.lock().unwrap_or_else(PoisonError::into_inner);
+        loop {
+            // Tried again under `freed`: a reader handed back after the
+            // failed try and before this wait has already signalled, and a
+            // signal is sent under the same lock, so none is missed.
+            if let Some(g) = self.try_take() {
+                return Ok(g);
+            }
+            let left = deadline.saturating_duration_since(Instant::now());
+            if left.is_zero() {
+                return Err(Error::Busy {
+                    engine: ENGINE,
+                    waited: self.busy_timeout,
+                });
+            }
+            lock = self
+                .freed_cv
+                .wait_timeout(lock, left)
+                .unwrap_or_else(PoisonError::into_inner)
+                .0;
+        }
+    }
+
+    /// Wakes a caller waiting for a reader, if there is one.
+    fn handed_back(&self) {
+        // Orders the slot's unlock before the load: paired with the waiter's
+        // count before its try, one of the two sees the other.
+        std::sync::atomic::fence(Ordering::SeqCst);
+        if self.waiting.load(Ordering::SeqCst) > 0 {
+            let _lock = self.freed.lock().unwrap_or_else(PoisonError::into_inner);
+            self.freed_cv.notify_one();
+        }
     }
 
     /// Closes every reader and keeps them all taken until the guards are
@@ -210,16 +256,38 @@ impl Readers {
     }
 }
 
-/// A reader taken for one call.
+/// Counts a caller among those waiting for a reader while it waits.
+struct Waiting<'a>(&'a AtomicUsize);
+
+impl Drop for Waiting<'_> {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, Ordering::SeqCst);
+    }
+}
+
+/// A reader taken for one call; dropping it hands the reader back.
 pub(crate) struct ReaderGuard<'a> {
     pool: &'a Readers,
-    /// Always `Some`: `take` opens the reader before handing it out.
-    slot: MutexGuard<'a, Option<Reader>>,
+    /// Always `Some(Some(_))` until dropped: `take` opens the reader before
+    /// handing it out, and `drop` unlocks the slot before it signals.
+    slot: Option<MutexGuard<'a, Option<Reader>>>,
+}
+
+impl Drop for ReaderGuard<'_> {
+    fn drop(&mut self) {
+        // Unlocked first: a waiter woken while the slot is still held would
+        // find it taken and sleep through the signal meant for it.
+        drop(self.slot.take());
+        self.pool.handed_back();
+    }
 }
 
 impl ReaderGuard<'_> {
     pub(crate) fn reader(&mut self) -> &mut Reader {
-        self.slot.as_mut().expect("a taken reader is open")
+        self.slot
+            .as_mut()
+            .and_then(|s| s.as_mut())
+            .expect("a taken reader is open")
     }
 
     /// The index of `table` in the reader's tables, its statements prepared
@@ -271,6 +339,63 @@ impl Reader {
 #[cfg(test)]
 mod test {
     use super::*;
+
+    fn wal_pool(dir: &tempfile::TempDir, count: usize, timeout: Duration) -> Readers {
+        let path = dir.path().join("w.db");
+        Connection::open(&path)
+            .unwrap()
+            .execute_batch("PRAGMA journal_mode=WAL; CREATE TABLE t(x);")
+            .unwrap();
+        Readers::new(
+            count,
+            path,
+            None,
+            timeout,
+            None,
+            #[cfg(feature = "encryption")]
+            None,
+        )
+    }
+
+    /// A thread holding a reader that asks for another (a row callback
+    /// reading again) gets the first one handed back by anyone, not a wait
+    /// for a slot it holds itself.
+    #[test]
+    fn a_nested_take_waits_for_any_reader_not_its_own() {
+        let dir = tempfile::tempdir().unwrap();
+        let pool = wal_pool(&dir, 2, Duration::from_secs(30));
+        let mine = pool.take().unwrap();
+        let (held_tx, held_rx) = std::sync::mpsc::channel();
+        std::thread::scope(|s| {
+            s.spawn(|| {
+                let other = pool.take().unwrap();
+                held_tx.send(()).unwrap();
+                std::thread::sleep(Duration::from_millis(150));
+                drop(other);
+            });
+            held_rx.recv().unwrap();
+            let start = Instant::now();
+            let again = pool.take().unwrap();
+            assert!(start.elapsed() < Duration::from_secs(10));
+            drop(again);
+        });
+        drop(mine);
+    }
+
+    /// Every reader held by the caller itself: the wait ends at the busy
+    /// timeout with `Busy`, and a reader handed back is taken again.
+    #[test]
+    fn all_readers_held_is_busy_after_the_timeout() {
+        let dir = tempfile::tempdir().unwrap();
+        let pool = wal_pool(&dir, 1, Duration::from_millis(100));
+        let mine = pool.take().unwrap();
+        let start = Instant::now();
+        let e = pool.take().err().expect("no reader is free");
+        assert!(matches!(e, Error::Busy { .. }), "{e}");
+        assert!(start.elapsed() >= Duration::from_millis(100));
+        drop(mine);
+        assert!(pool.take().is_ok());
+    }
 
     #[test]
     fn a_reader_cannot_write() {
