@@ -94,6 +94,25 @@ pub trait Row {
     /// The value of field `idx`.
     fn get(&self, idx: usize) -> Result<ValueRef<'_>>;
 
+    /// Field `idx` as text borrowed from the engine, when it holds text;
+    /// `None` when it holds anything else ([`Row::get`] then says what), and
+    /// by default. A text, date or date-time field reads through it without
+    /// a [`ValueRef`] made and matched on the way.
+    #[inline]
+    fn text(&self, idx: usize) -> Result<Option<&str>> {
+        let _ = idx;
+        Ok(None)
+    }
+
+    /// Field `idx` as an integer, when the engine holds one; `None` when it
+    /// holds anything else, and by default. As [`Row::text`], for integer
+    /// and currency fields.
+    #[inline]
+    fn int(&self, idx: usize) -> Result<Option<i64>> {
+        let _ = idx;
+        Ok(None)
+    }
+
     /// The date or date-time field `idx` as the text Burrow writes for it, when
     /// the engine holds exactly that text ([`crate::datetime::is_written_date`]):
     /// a reader that wants the text is spared a parse and a format. `None`
@@ -160,6 +179,14 @@ pub trait FieldType: Sized {
         *self = Self::from_value(v)?;
         Ok(())
     }
+    /// Reads field `idx` of `row`, a field of `table` (for the error's name).
+    /// The types an engine stores as text or as an integer take the value
+    /// straight from [`Row::text`] or [`Row::int`], and fall back to
+    /// [`Row::get`] with the same result as [`FieldType::from_value`].
+    #[inline]
+    fn read(row: &dyn Row, table: &Table, idx: usize) -> Result<Self> {
+        Self::from_value(row.get(idx)?).map_err(|e| e.at(table, idx))
+    }
     /// The value of an automatic time field (`created`, `modified`) at `t`;
     /// `None` for a type that holds no time. Every write stamps these, so the
     /// time types answer without going through [`FieldType::from_value`].
@@ -167,6 +194,21 @@ pub trait FieldType: Sized {
     fn from_time(t: DateTime<Utc>) -> Option<Self> {
         Self::from_value(ValueRef::DateTime(t)).ok()
     }
+}
+
+/// The typed read of a field type an engine may hand over as `$get`
+/// ([`Row::text`] or [`Row::int`]): its value made as `$make` makes it, else
+/// the general path.
+macro_rules! typed_read {
+    ($get:ident, |$v:ident| $make:expr) => {
+        #[inline]
+        fn read(row: &dyn Row, table: &Table, idx: usize) -> Result<Self> {
+            match row.$get(idx)? {
+                Some($v) => $make.map_err(|e: ConvertError| e.at(table, idx)),
+                None => Self::from_value(row.get(idx)?).map_err(|e| e.at(table, idx)),
+            }
+        }
+    };
 }
 
 macro_rules! int_field {
@@ -186,6 +228,7 @@ macro_rules! int_field {
                     other => Err(ConvertError::new(stringify!($t), &other)),
                 }
             }
+            typed_read!(int, |i| Self::from_value(ValueRef::Int(i)));
         }
     )*};
 }
@@ -236,6 +279,7 @@ impl FieldType for Currency {
             other => Err(ConvertError::new("currency", &other)),
         }
     }
+    typed_read!(int, |i| Ok(Currency::from_scaled(i)));
 }
 
 impl FieldType for String {
@@ -249,6 +293,7 @@ impl FieldType for String {
             other => Err(ConvertError::new("text", &other)),
         }
     }
+    typed_read!(text, |t| Ok(t.to_owned()));
     fn assign(&mut self, v: ValueRef<'_>) -> Result<(), ConvertError> {
         match v {
             ValueRef::Text(t) => {
@@ -296,6 +341,10 @@ impl FieldType for NaiveDate {
             other => Err(ConvertError::new("date", &other)),
         }
     }
+    typed_read!(text, |t| parse_date(t).ok_or_else(|| ConvertError::new(
+        "date",
+        &ValueRef::Text(Cow::Borrowed(t))
+    )));
 }
 
 impl FieldType for DateTime<Utc> {
@@ -312,6 +361,9 @@ impl FieldType for DateTime<Utc> {
             other => Err(ConvertError::new("date-time", &other)),
         }
     }
+    typed_read!(text, |t| parse_datetime(t).ok_or_else(
+        || ConvertError::new("date-time", &ValueRef::Text(Cow::Borrowed(t)))
+    ));
     #[inline]
     fn from_time(t: DateTime<Utc>) -> Option<Self> {
         Some(t)

@@ -380,3 +380,83 @@ fn stamp_sets_created_on_insert_and_modified_always() {
     a.stamp(at(500), true);
     assert_eq!(a, all_types());
 }
+
+/// A row that also hands out text and integers directly, as the SQL engines'
+/// rows do: a record reads from it exactly what it reads through `get`, and
+/// a value of the wrong type fails the same way, naming the same field.
+struct TypedVecRow(VecRow);
+
+impl Row for TypedVecRow {
+    fn id(&self) -> Result<i64> {
+        self.0.id()
+    }
+    fn get(&self, idx: usize) -> Result<ValueRef<'_>> {
+        self.0.get(idx)
+    }
+    fn text(&self, idx: usize) -> Result<Option<&str>> {
+        Ok(match self.0.values.get(idx) {
+            Some(Value::Text(t)) => Some(t),
+            _ => None,
+        })
+    }
+    fn int(&self, idx: usize) -> Result<Option<i64>> {
+        Ok(match self.0.values.get(idx) {
+            Some(Value::Int(i)) => Some(*i),
+            _ => None,
+        })
+    }
+}
+
+#[test]
+fn typed_reads_give_what_values_give() -> Result<()> {
+    // Stored forms as a SQL engine holds them: dates and times as text,
+    // currency as its scaled integer.
+    let stored = |values: Vec<Value>| {
+        values
+            .into_iter()
+            .map(|v| match v {
+                Value::Date(d) => Value::Text(d.to_string()),
+                Value::DateTime(t) => {
+                    Value::Text(burrow_core::datetime::format_datetime(t).to_string())
+                }
+                Value::Currency(c) => Value::Int(c.scaled()),
+                other => other,
+            })
+            .collect::<Vec<_>>()
+    };
+    let src = all_types();
+    let values = stored(values_of(&src));
+    let plain = AllTypes::from_row(&VecRow {
+        id: 7,
+        values: values.clone(),
+    })?;
+    let typed = AllTypes::from_row(&TypedVecRow(VecRow { id: 7, values }))?;
+    assert_eq!(plain, src);
+    assert_eq!(typed, src);
+
+    let base = stored(values_of(&SampleRecord::default()));
+    // Field, value held, whether it reads.
+    let cases: [(usize, Value, bool); 5] = [
+        (0, Value::Int(3), false),                    // text field, an integer
+        (2, Value::Text("lots".into()), false),       // currency, other text
+        (3, Value::Text("not a time".into()), false), // date-time, other text
+        (3, Value::Int(12_345), false),               // date-time, an integer
+        (2, Value::Text("12.5".into()), true),        // currency as text
+    ];
+    for (idx, v, reads) in cases {
+        let mut values = base.clone();
+        values[idx] = v.clone();
+        let plain = SampleRecord::from_row(&VecRow {
+            id: 1,
+            values: values.clone(),
+        });
+        let typed = SampleRecord::from_row(&TypedVecRow(VecRow { id: 1, values }));
+        assert_eq!(plain.is_ok(), reads, "field {idx} holding {v:?}: {plain:?}");
+        assert_eq!(
+            format!("{plain:?}"),
+            format!("{typed:?}"),
+            "field {idx} holding {v:?}"
+        );
+    }
+    Ok(())
+}

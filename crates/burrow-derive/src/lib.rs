@@ -331,8 +331,7 @@ fn generate(
     let f = stored.iter().map(|s| &s.ident);
     let ty = stored.iter().map(|s| &s.ty);
     let from_row = quote! {
-        #(#f: <#ty as #krate::FieldType>::from_value(row.get(#idx)?)
-            .map_err(|e| #krate::ConvertError::at(e, <Self as #krate::Record>::table(), #idx))?,)*
+        #(#f: <#ty as #krate::FieldType>::read(row, <Self as #krate::Record>::table(), #idx)?,)*
         #(#skipped: ::core::default::Default::default(),)*
     };
     let idx = 0..stored.len();

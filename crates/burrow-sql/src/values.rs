@@ -70,6 +70,28 @@ impl Row for TypedRow<'_> {
         Ok(typed(f.kind, self.raw.value(idx + 1)?))
     }
 
+    #[inline]
+    fn text(&self, idx: usize) -> Result<Option<&str>> {
+        if idx >= self.table.fields.len() {
+            return Ok(None);
+        }
+        match self.raw.value(idx + 1)? {
+            ValueRef::Text(Cow::Borrowed(t)) => Ok(Some(t)),
+            _ => Ok(None),
+        }
+    }
+
+    #[inline]
+    fn int(&self, idx: usize) -> Result<Option<i64>> {
+        if idx >= self.table.fields.len() {
+            return Ok(None);
+        }
+        match self.raw.value(idx + 1)? {
+            ValueRef::Int(i) => Ok(Some(i)),
+            _ => Ok(None),
+        }
+    }
+
     fn written_text(&self, idx: usize) -> Option<&str> {
         let written = match self.table.fields.get(idx)?.kind {
             FieldKind::Date => burrow_core::datetime::is_written_date,

@@ -583,6 +583,36 @@ impl Row for SqlRow<'_, '_> {
     fn get(&self, idx: usize) -> Result<ValueRef<'_>> {
         from_sql(self.0.get_ref(idx + 1).map_err(eng)?)
     }
+
+    #[inline]
+    fn text(&self, idx: usize) -> Result<Option<&str>> {
+        text_at(self.0, idx + 1)
+    }
+
+    #[inline]
+    fn int(&self, idx: usize) -> Result<Option<i64>> {
+        int_at(self.0, idx + 1)
+    }
+}
+
+/// Column `col` as text, if SQLite holds text there (UTF-8 checked).
+#[inline]
+fn text_at<'r>(row: &'r rusqlite::Row<'_>, col: usize) -> Result<Option<&'r str>> {
+    match row.get_ref(col).map_err(eng)? {
+        SqlValue::Text(t) => std::str::from_utf8(t)
+            .map(Some)
+            .map_err(|e| Error::engine(ENGINE, format!("invalid UTF-8 in a text column: {e}"))),
+        _ => Ok(None),
+    }
+}
+
+/// Column `col` as an integer, if SQLite holds one there.
+#[inline]
+fn int_at(row: &rusqlite::Row<'_>, col: usize) -> Result<Option<i64>> {
+    match row.get_ref(col).map_err(eng)? {
+        SqlValue::Integer(i) => Ok(Some(i)),
+        _ => Ok(None),
+    }
 }
 
 /// A row of an arbitrary SELECT, its columns matched to a table's by name.
@@ -609,6 +639,20 @@ impl Row for NamedRow<'_, '_> {
             .get(idx)
             .ok_or_else(|| Error::BadInput(format!("no field #{idx}")))?;
         from_sql(self.row.get_ref(col).map_err(eng)?)
+    }
+
+    fn text(&self, idx: usize) -> Result<Option<&str>> {
+        match self.map.get(idx) {
+            Some(&col) => text_at(self.row, col),
+            None => Ok(None),
+        }
+    }
+
+    fn int(&self, idx: usize) -> Result<Option<i64>> {
+        match self.map.get(idx) {
+            Some(&col) => int_at(self.row, col),
+            None => Ok(None),
+        }
     }
 }
 
