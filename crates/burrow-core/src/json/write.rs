@@ -347,11 +347,57 @@ pub fn write_row(
         out.push(b':');
         match c {
             Column::Id => write_i64(out, row.id()?),
-            Column::Field(f) => write_stored(out, table, *f, &row.get(*f)?, dialect)?,
+            Column::Field(f) => write_field(out, table, *f, row, dialect)?,
         }
     }
     out.push(b'}');
     Ok(())
+}
+
+/// Appends field `idx` of `row`. The usual stored forms an engine hands over
+/// as they are ([`Row::text`], [`Row::int`]) are written straight from
+/// there: text, a date or date-time stored in the written form, a currency's
+/// scaled integer, a 64-bit integer; any other goes through [`write_stored`].
+fn write_field(
+    out: &mut Vec<u8>,
+    table: &Table,
+    idx: usize,
+    row: &dyn Row,
+    dialect: JsonDialect,
+) -> Result<()> {
+    let field = &table.fields[idx];
+    match field.kind {
+        FieldKind::Text => {
+            if let Some(t) = row.text(idx)? {
+                write_str(out, t);
+                return Ok(());
+            }
+        }
+        FieldKind::Date | FieldKind::DateTime => {
+            if let Some(t) = row.text(idx)? {
+                if stored_as_written(field, t, dialect) {
+                    out.push(b'"');
+                    out.extend_from_slice(t.as_bytes());
+                    out.push(b'"');
+                    return Ok(());
+                }
+            }
+        }
+        FieldKind::Currency => {
+            if let Some(i) = row.int(idx)? {
+                write_currency(out, Currency::from_scaled(i));
+                return Ok(());
+            }
+        }
+        FieldKind::I64 | FieldKind::Reference(_) => {
+            if let Some(i) = row.int(idx)? {
+                write_i64(out, i);
+                return Ok(());
+            }
+        }
+        _ => {}
+    }
+    write_stored(out, table, idx, &row.get(idx)?, dialect)
 }
 
 /// Appends the value an engine stored for field `idx`, once it is checked to
@@ -540,9 +586,7 @@ impl<'a> ListWriter<'a> {
                 out.push(b',');
                 match c {
                     Column::Id => write_i64(out, row.id()?),
-                    Column::Field(f) => {
-                        write_stored(out, self.table, *f, &row.get(*f)?, self.dialect)?
-                    }
+                    Column::Field(f) => write_field(out, self.table, *f, row, self.dialect)?,
                 }
             }
         } else {
