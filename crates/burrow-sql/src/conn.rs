@@ -119,6 +119,26 @@ pub trait RawRow {
     fn len(&self) -> usize;
     /// The value of result column `col` (from 0).
     fn value(&self, col: usize) -> Result<ValueRef<'_>>;
+
+    /// Column `col` as borrowed text when it holds text, else `None`; a
+    /// driver that has it at hand skips making a [`ValueRef`] (see
+    /// [`burrow_core::Row::text`]).
+    #[inline]
+    fn text(&self, col: usize) -> Result<Option<&str>> {
+        Ok(match self.value(col)? {
+            ValueRef::Text(std::borrow::Cow::Borrowed(t)) => Some(t),
+            _ => None,
+        })
+    }
+
+    /// Column `col` as an integer when it holds one, else `None`.
+    #[inline]
+    fn int(&self, col: usize) -> Result<Option<i64>> {
+        Ok(match self.value(col)? {
+            ValueRef::Int(i) => Some(i),
+            _ => None,
+        })
+    }
 }
 
 /// Row callback of [`Conn::query_first_each`]: the key's position, its row.

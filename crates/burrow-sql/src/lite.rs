@@ -217,6 +217,24 @@ impl RawRow for LiteRow<'_, '_> {
             .map_err(|e| Error::engine(crate::ENGINE, e))?;
         burrow_sqlite::loaded(v, crate::ENGINE)
     }
+
+    #[inline]
+    fn text(&self, col: usize) -> Result<Option<&str>> {
+        match self.0.get_ref(col) {
+            Ok(SqlValue::Text(t)) => burrow_sqlite::loaded_text(t, crate::ENGINE).map(Some),
+            Ok(_) => Ok(None),
+            Err(e) => Err(Error::engine(crate::ENGINE, e)),
+        }
+    }
+
+    #[inline]
+    fn int(&self, col: usize) -> Result<Option<i64>> {
+        match self.0.get_ref(col) {
+            Ok(SqlValue::Integer(i)) => Ok(Some(i)),
+            Ok(_) => Ok(None),
+            Err(e) => Err(Error::engine(crate::ENGINE, e)),
+        }
+    }
 }
 
 #[cfg(test)]

@@ -75,10 +75,7 @@ impl Row for TypedRow<'_> {
         if idx >= self.table.fields.len() {
             return Ok(None);
         }
-        match self.raw.value(idx + 1)? {
-            ValueRef::Text(Cow::Borrowed(t)) => Ok(Some(t)),
-            _ => Ok(None),
-        }
+        self.raw.text(idx + 1)
     }
 
     #[inline]
@@ -86,10 +83,7 @@ impl Row for TypedRow<'_> {
         if idx >= self.table.fields.len() {
             return Ok(None);
         }
-        match self.raw.value(idx + 1)? {
-            ValueRef::Int(i) => Ok(Some(i)),
-            _ => Ok(None),
-        }
+        self.raw.int(idx + 1)
     }
 
     fn written_text(&self, idx: usize) -> Option<&str> {

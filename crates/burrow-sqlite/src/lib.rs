@@ -552,13 +552,17 @@ pub fn loaded<'a>(v: SqlValue<'a>, engine: &'static str) -> Result<ValueRef<'a>>
         SqlValue::Null => ValueRef::Null,
         SqlValue::Integer(i) => ValueRef::Int(i),
         SqlValue::Real(f) => ValueRef::Real(f),
-        SqlValue::Text(t) => ValueRef::Text(
-            std::str::from_utf8(t)
-                .map_err(|e| Error::engine(engine, format!("invalid UTF-8 in a text column: {e}")))?
-                .into(),
-        ),
+        SqlValue::Text(t) => ValueRef::Text(loaded_text(t, engine)?.into()),
         SqlValue::Blob(b) => ValueRef::Blob(b),
     })
+}
+
+/// Text SQLite holds, as Burrow reads it: it must be UTF-8, else an error of
+/// `engine` (SQLite stores whatever bytes another writer gave it).
+#[inline]
+pub fn loaded_text<'a>(t: &'a [u8], engine: &'static str) -> Result<&'a str> {
+    std::str::from_utf8(t)
+        .map_err(|e| Error::engine(engine, format!("invalid UTF-8 in a text column: {e}")))
 }
 
 /// A stored value read back as the typed value of its field kind.
@@ -599,9 +603,7 @@ impl Row for SqlRow<'_, '_> {
 #[inline]
 fn text_at<'r>(row: &'r rusqlite::Row<'_>, col: usize) -> Result<Option<&'r str>> {
     match row.get_ref(col).map_err(eng)? {
-        SqlValue::Text(t) => std::str::from_utf8(t)
-            .map(Some)
-            .map_err(|e| Error::engine(ENGINE, format!("invalid UTF-8 in a text column: {e}"))),
+        SqlValue::Text(t) => loaded_text(t, ENGINE).map(Some),
         _ => Ok(None),
     }
 }

@@ -128,8 +128,11 @@ impl SqliteOptions {
     /// warm, so a thread reading alone reads as without readers), else on a
     /// free reader, opened the first time it is needed (with the key of an
     /// encrypted file: a passphrase costs its derivation again, per
-    /// reader); when all are busy the caller waits for its own, blocked,
-    /// not spinning. Writes, and every call made
+    /// reader); when all are busy the caller waits, blocked, not spinning,
+    /// for the first reader handed back, at most the busy timeout
+    /// ([`burrow_core::Error::Busy`] after it; a row callback that reads
+    /// the engine again waits for another reader, never for the one it
+    /// holds). Writes, and every call made
     /// through a transaction, stay on the writer connection.
     ///
     /// What a read sees:
