@@ -94,6 +94,14 @@ pub trait Row {
     /// The value of field `idx`.
     fn get(&self, idx: usize) -> Result<ValueRef<'_>>;
 
+    /// Whether this row answers [`Row::text`] and [`Row::int`]: a reader
+    /// asks once per row, so a row without them costs no call per field
+    /// that could only answer `None`. `false` by default.
+    #[inline]
+    fn typed(&self) -> bool {
+        false
+    }
+
     /// Field `idx` as text borrowed from the engine, when it holds text;
     /// `None` when it holds anything else ([`Row::get`] then says what), and
     /// by default. A text, date or date-time field reads through it without

@@ -387,6 +387,9 @@ fn stamp_sets_created_on_insert_and_modified_always() {
 struct TypedVecRow(VecRow);
 
 impl Row for TypedVecRow {
+    fn typed(&self) -> bool {
+        true
+    }
     fn id(&self) -> Result<i64> {
         self.0.id()
     }

@@ -336,6 +336,14 @@ fn generate(
     };
     let idx = 0..stored.len();
     let f = stored.iter().map(|s| &s.ident);
+    let ty = stored.iter().map(|s| &s.ty);
+    let from_values = quote! {
+        #(#f: <#ty as #krate::FieldType>::from_value(row.get(#idx)?)
+            .map_err(|e| #krate::ConvertError::at(e, <Self as #krate::Record>::table(), #idx))?,)*
+        #(#skipped: ::core::default::Default::default(),)*
+    };
+    let idx = 0..stored.len();
+    let f = stored.iter().map(|s| &s.ident);
     let read_row = quote! {
         #(#krate::FieldType::assign(&mut self.#f, row.get(#idx)?)
             .map_err(|e| #krate::ConvertError::at(e, <Self as #krate::Record>::table(), #idx))?;)*
@@ -426,10 +434,19 @@ fn generate(
             }
 
             fn from_row(row: &dyn #krate::Row) -> #krate::Result<Self> {
-                ::core::result::Result::Ok(Self {
-                    #id: row.id()?,
-                    #from_row
-                })
+                // Typed reads only where the row has them: elsewhere each
+                // would be one more call per field, answering `None`.
+                if row.typed() {
+                    ::core::result::Result::Ok(Self {
+                        #id: row.id()?,
+                        #from_row
+                    })
+                } else {
+                    ::core::result::Result::Ok(Self {
+                        #id: row.id()?,
+                        #from_values
+                    })
+                }
             }
 
             fn read_row(&mut self, row: &dyn #krate::Row) -> #krate::Result<()> {

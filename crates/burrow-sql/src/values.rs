@@ -71,6 +71,11 @@ impl Row for TypedRow<'_> {
     }
 
     #[inline]
+    fn typed(&self) -> bool {
+        true
+    }
+
+    #[inline]
     fn text(&self, idx: usize) -> Result<Option<&str>> {
         if idx >= self.table.fields.len() {
             return Ok(None);

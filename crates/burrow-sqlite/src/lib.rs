@@ -589,6 +589,11 @@ impl Row for SqlRow<'_, '_> {
     }
 
     #[inline]
+    fn typed(&self) -> bool {
+        true
+    }
+
+    #[inline]
     fn text(&self, idx: usize) -> Result<Option<&str>> {
         text_at(self.0, idx + 1)
     }
@@ -641,6 +646,11 @@ impl Row for NamedRow<'_, '_> {
             .get(idx)
             .ok_or_else(|| Error::BadInput(format!("no field #{idx}")))?;
         from_sql(self.row.get_ref(col).map_err(eng)?)
+    }
+
+    #[inline]
+    fn typed(&self) -> bool {
+        true
     }
 
     fn text(&self, idx: usize) -> Result<Option<&str>> {

@@ -339,6 +339,7 @@ pub fn write_row(
     dialect: JsonDialect,
 ) -> Result<()> {
     out.push(b'{');
+    let typed = row.typed();
     for (i, c) in columns.iter().enumerate() {
         if i > 0 {
             out.push(b',');
@@ -347,25 +348,30 @@ pub fn write_row(
         out.push(b':');
         match c {
             Column::Id => write_i64(out, row.id()?),
-            Column::Field(f) => write_field(out, table, *f, row, dialect)?,
+            Column::Field(f) => write_field(out, table, *f, row, typed, dialect)?,
         }
     }
     out.push(b'}');
     Ok(())
 }
 
-/// Appends field `idx` of `row`. The usual stored forms an engine hands over
-/// as they are ([`Row::text`], [`Row::int`]) are written straight from
-/// there: text, a date or date-time stored in the written form, a currency's
-/// scaled integer, a 64-bit integer; any other goes through [`write_stored`].
+/// Appends field `idx` of `row`. From a row that hands values over as they
+/// are stored (`typed`: [`Row::typed`], asked once per row), the usual forms
+/// are written straight from [`Row::text`] or [`Row::int`]: text, a date or
+/// date-time stored in the written form, a currency's scaled integer, a
+/// 64-bit integer; any other goes through [`write_stored`].
 fn write_field(
     out: &mut Vec<u8>,
     table: &Table,
     idx: usize,
     row: &dyn Row,
+    typed: bool,
     dialect: JsonDialect,
 ) -> Result<()> {
     let field = &table.fields[idx];
+    if !typed {
+        return write_stored(out, table, idx, &row.get(idx)?, dialect);
+    }
     match field.kind {
         FieldKind::Text => {
             if let Some(t) = row.text(idx)? {
@@ -582,11 +588,12 @@ impl<'a> ListWriter<'a> {
     /// Appends one row.
     pub fn row(&mut self, out: &mut Vec<u8>, row: &dyn Row) -> Result<()> {
         if self.compact {
+            let typed = row.typed();
             for c in self.columns {
                 out.push(b',');
                 match c {
                     Column::Id => write_i64(out, row.id()?),
-                    Column::Field(f) => write_field(out, self.table, *f, row, self.dialect)?,
+                    Column::Field(f) => write_field(out, self.table, *f, row, typed, self.dialect)?,
                 }
             }
         } else {
