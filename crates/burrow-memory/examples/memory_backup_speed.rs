@@ -3,7 +3,7 @@
 //! writer's throughput during the backups against without, and its longest
 //! wait (the time writers are stopped while the rows are encoded).
 //!
-//! `cargo run --release -p burrow-memory --example backup_speed [rows]`
+//! `cargo run --release -p burrow-memory --example memory_backup_speed [rows]`
 
 #![allow(missing_docs)]
 
