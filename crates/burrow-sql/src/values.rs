@@ -52,6 +52,9 @@ pub(crate) struct TypedRow<'r> {
 
 impl Row for TypedRow<'_> {
     fn id(&self) -> Result<i64> {
+        if let Some(i) = self.raw.int(0)? {
+            return Ok(i);
+        }
         match self.raw.value(0)? {
             ValueRef::Int(i) => Ok(i),
             other => Err(Error::engine(

@@ -39,7 +39,7 @@ use std::ffi::{c_int, CStr, CString};
 use std::sync::{Arc, Mutex, PoisonError};
 
 use burrow_core::datetime::DATETIME_BUF;
-use burrow_core::{CmpOp, Column, Expr, FieldKind, Select, Storage, Table, Value, ValueRef};
+use burrow_core::{CmpOp, Column, Expr, FieldKind, Row, Select, Storage, Table, Value, ValueRef};
 use rusqlite::ffi;
 use rusqlite::types::{ToSqlOutput, Value as SqlOwned, ValueRef as SqlValue};
 use rusqlite::vtab::{
@@ -454,6 +454,49 @@ fn push_cell(cells: &mut Vec<Cell>, bytes: &mut Vec<u8>, v: &ValueRef<'_>) -> ru
     Ok(())
 }
 
+/// Field `idx` in SQLite's form read straight from a row that answers
+/// [`Row::text`] and [`Row::int`], with no [`ValueRef`] made and converted;
+/// `None` when the field needs the general path: it holds another type, or it
+/// is a date not written as Burrow writes it, or its kind keeps a stored form
+/// the general path rewrites (a boolean stored as 2 is shown as 1).
+fn typed_cell(
+    kind: FieldKind,
+    row: &dyn Row,
+    idx: usize,
+    bytes: &mut Vec<u8>,
+) -> burrow_core::Result<Option<Cell>> {
+    use burrow_core::datetime::{is_written_date, is_written_datetime};
+    let text = |t: &str, bytes: &mut Vec<u8>| {
+        let at = bytes.len();
+        bytes.extend_from_slice(t.as_bytes());
+        Cell::Text(at, bytes.len())
+    };
+    Ok(match kind {
+        FieldKind::Text => row.text(idx)?.map(|t| text(t, bytes)),
+        FieldKind::Date => row
+            .text(idx)?
+            .filter(|t| is_written_date(t))
+            .map(|t| text(t, bytes)),
+        FieldKind::DateTime => row
+            .text(idx)?
+            .filter(|t| is_written_datetime(t))
+            .map(|t| text(t, bytes)),
+        // A currency's integer is its 1/10,000 amount, the stored form.
+        FieldKind::I64 | FieldKind::Reference(_) | FieldKind::Currency => {
+            row.int(idx)?.map(Cell::Int)
+        }
+        FieldKind::I32 => row
+            .int(idx)?
+            .filter(|i| i32::try_from(*i).is_ok())
+            .map(Cell::Int),
+        FieldKind::U32 => row
+            .int(idx)?
+            .filter(|i| u32::try_from(*i).is_ok())
+            .map(Cell::Int),
+        _ => None,
+    })
+}
+
 impl VirtualCursor<'_> {
     fn stride(&self) -> usize {
         self.vtab.table.fields.len() + 1
@@ -634,13 +677,19 @@ unsafe impl VTabCursor for VirtualCursor<'_> {
             // A comparison with NULL holds for no row.
             return Ok(());
         };
-        let n = table.fields.len();
         let (cells, bytes) = (&mut self.cells, &mut self.bytes);
         self.vtab
             .engine
             .select(table, &select, &mut |row| {
                 cells.push(Cell::Int(row.id()?));
-                for i in 0..n {
+                let typed = row.typed();
+                for (i, f) in table.fields.iter().enumerate() {
+                    if typed {
+                        if let Some(cell) = typed_cell(f.kind, row, i, bytes)? {
+                            cells.push(cell);
+                            continue;
+                        }
+                    }
                     // A date the engine holds as the text SQL shows is copied
                     // as it is, not parsed and written again.
                     if let Some(t) = row.written_text(i) {
