@@ -288,6 +288,63 @@ pub fn is_written_datetime(s: &str) -> bool {
     }
 }
 
+/// Whether `s` is a date as [`is_written_date`] has it that also names a
+/// real day: what `is_written_date(s) && parse_date(s).is_some()` answers,
+/// without a date made (a list writer asks it of every stored date).
+pub fn is_valid_written_date(s: &str) -> bool {
+    let b = s.as_bytes();
+    b.len() == 10 && real_day(b)
+}
+
+/// Whether `s` is a date-time as [`is_written_datetime`] has it that also
+/// names a real day and time, a leap second (`:60`) excepted: what the
+/// fixed-layout parser behind [`parse_datetime`] accepts of that shape,
+/// without a date-time made.
+pub fn is_valid_written_datetime(s: &str) -> bool {
+    let b = s.as_bytes();
+    if b.len() < 19 || b[10] != b'T' || b[13] != b':' || b[16] != b':' || !real_day(b) {
+        return false;
+    }
+    let (Some(hour), Some(min), Some(sec)) = (two(b, 11), two(b, 14), two(b, 17)) else {
+        return false;
+    };
+    if hour >= 24 || min >= 60 || sec >= 60 {
+        return false;
+    }
+    match &b[19..] {
+        [] => true,
+        [b'.', frac @ ..] => {
+            (1..=9).contains(&frac.len())
+                && frac.iter().all(u8::is_ascii_digit)
+                && frac.last() != Some(&b'0')
+        }
+        _ => false,
+    }
+}
+
+/// Whether `b`, at least 10 bytes, starts with `YYYY-MM-DD` naming a day of
+/// the proleptic Gregorian calendar.
+#[inline]
+fn real_day(b: &[u8]) -> bool {
+    if b[4] != b'-' || b[7] != b'-' {
+        return false;
+    }
+    let (Some(hi), Some(lo), Some(month), Some(day)) = (two(b, 0), two(b, 2), two(b, 5), two(b, 8))
+    else {
+        return false;
+    };
+    let year = hi * 100 + lo;
+    let leap = year % 4 == 0 && (year % 100 != 0 || year % 400 == 0);
+    let last = match month {
+        1 | 3 | 5 | 7 | 8 | 10 | 12 => 31,
+        4 | 6 | 9 | 11 => 30,
+        2 if leap => 29,
+        2 => 28,
+        _ => return false,
+    };
+    (1..=last).contains(&day)
+}
+
 #[cfg(test)]
 mod test {
     use super::*;
@@ -323,6 +380,16 @@ mod test {
             }
             proptest::prop_assert!(is_written_datetime(&time), "{}", time);
             proptest::prop_assert_eq!(reread(&time, false), time.clone());
+            proptest::prop_assert_eq!(
+                is_valid_written_date(&date),
+                parse_date(&date).is_some(),
+                "{}", date
+            );
+            proptest::prop_assert_eq!(
+                is_valid_written_datetime(&time),
+                parse_written_datetime(time.as_bytes()).is_some(),
+                "{}", time
+            );
         }
 
         /// The fixed-layout parser answers as the general one wherever it

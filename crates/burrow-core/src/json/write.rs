@@ -8,8 +8,7 @@ use chrono::{DateTime, Datelike, NaiveDate, Timelike, Utc};
 
 use crate::currency::{Currency, CURRENCY_SCALE};
 use crate::datetime::{
-    is_written_date, is_written_datetime, parse_date, parse_written_datetime, write_date,
-    write_datetime, DATETIME_BUF,
+    is_valid_written_date, is_valid_written_datetime, write_date, write_datetime, DATETIME_BUF,
 };
 use crate::error::Result;
 use crate::record::{ConvertError, FieldType, Fields, Row};
@@ -440,17 +439,13 @@ fn write_stored(
 /// time where mORMot's TimeLog integer is written instead.
 fn stored_as_written(field: &Field, t: &str, dialect: JsonDialect) -> bool {
     match field.kind {
-        FieldKind::Date => is_written_date(t) && parse_date(t).is_some(),
-        FieldKind::DateTime => {
-            let form = match dialect {
-                JsonDialect::Exact => is_written_datetime(t),
-                JsonDialect::Mormot => {
-                    field.auto == AutoTime::No && t.len() == 19 && is_written_datetime(t)
-                }
-            };
-            // The written form, and a real date and time in it.
-            form && parse_written_datetime(t.as_bytes()).is_some()
-        }
+        FieldKind::Date => is_valid_written_date(t),
+        FieldKind::DateTime => match dialect {
+            JsonDialect::Exact => is_valid_written_datetime(t),
+            JsonDialect::Mormot => {
+                field.auto == AutoTime::No && t.len() == 19 && is_valid_written_datetime(t)
+            }
+        },
         _ => false,
     }
 }
