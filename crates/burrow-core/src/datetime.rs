@@ -72,7 +72,7 @@ fn put_date(buf: &mut [u8], d: NaiveDate) -> usize {
 /// Writes `d` as `YYYY-MM-DD` into `buf` and returns the text.
 pub fn write_date(d: NaiveDate, buf: &mut [u8; DATETIME_BUF]) -> &str {
     let n = put_date(buf, d);
-    std::str::from_utf8(&buf[..n]).expect("ASCII digits")
+    crate::text::utf8(&buf[..n]).expect("ASCII digits")
 }
 
 /// Writes `t` as `YYYY-MM-DDThh:mm:ss[.fraction]` into `buf` and returns the text.
@@ -105,7 +105,7 @@ pub fn write_datetime(t: DateTime<Utc>, buf: &mut [u8; DATETIME_BUF]) -> &str {
         }
         n += 1 + digits;
     }
-    std::str::from_utf8(&buf[..n]).expect("ASCII digits")
+    crate::text::utf8(&buf[..n]).expect("ASCII digits")
 }
 
 /// `d` as `YYYY-MM-DD`.

@@ -27,6 +27,7 @@ mod record;
 mod row;
 mod schema;
 mod storage;
+mod text;
 mod transaction;
 mod value;
 
@@ -61,5 +62,6 @@ pub mod driver {
         pub use crate::one_table::{select, SUBSET};
     }
     pub use crate::storage::{apply_each, apply_one};
+    pub use crate::text::utf8;
     pub use crate::transaction::{engine_order, next_tx_token, run_batch, same_engine};
 }

@@ -215,7 +215,7 @@ impl Layout {
                 .ok_or_else(|| self.corrupt(i, "date-time out of range"))?,
             ),
             Enc::Text => ValueRef::Text(Cow::Borrowed(
-                std::str::from_utf8(self.var_range(row, at))
+                burrow_core::driver::utf8(self.var_range(row, at))
                     .map_err(|_| self.corrupt(i, "invalid UTF-8"))?,
             )),
             Enc::Blob => ValueRef::Blob(self.var_range(row, at)),

@@ -561,15 +561,7 @@ pub fn loaded<'a>(v: SqlValue<'a>, engine: &'static str) -> Result<ValueRef<'a>>
 /// `engine` (SQLite stores whatever bytes another writer gave it).
 #[inline]
 pub fn loaded_text<'a>(t: &'a [u8], engine: &'static str) -> Result<&'a str> {
-    if t.is_ascii() {
-        // SAFETY: ASCII is UTF-8. Nearly all stored text is ASCII, and this
-        // check, a word at a time, costs a fraction of the general
-        // validation on the short texts of a row, which a whole-table read
-        // pays for every field.
-        #[allow(unsafe_code)]
-        return Ok(unsafe { std::str::from_utf8_unchecked(t) });
-    }
-    std::str::from_utf8(t)
+    burrow_core::driver::utf8(t)
         .map_err(|e| Error::engine(engine, format!("invalid UTF-8 in a text column: {e}")))
 }
 

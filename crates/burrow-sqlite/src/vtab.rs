@@ -99,7 +99,14 @@ pub struct VirtualTable {
     base: ffi::sqlite3_vtab,
     table: &'static Table,
     engine: Arc<dyn Storage>,
+    /// The buffers the last cursor left: a scan run again fills them
+    /// instead of growing new ones from nothing.
+    spare: Mutex<(Vec<Cell>, Vec<u8>)>,
 }
+
+/// What a closed cursor leaves of each buffer for the next, at most: a
+/// large scan does not keep its memory held by the connection.
+const KEEP_BYTES: usize = 4 << 20;
 
 /// Rows a full scan is assumed to read: the engine's size is not asked for at
 /// planning time, and only the ratios between plans matter to SQLite.
@@ -277,6 +284,7 @@ unsafe impl<'vtab> VTab<'vtab> for VirtualTable {
             base: ffi::sqlite3_vtab::default(),
             table,
             engine,
+            spare: Mutex::default(),
         };
         Ok((Cow::Owned(ddl), vtab))
     }
@@ -392,11 +400,13 @@ unsafe impl<'vtab> VTab<'vtab> for VirtualTable {
     }
 
     fn open(&'vtab mut self) -> rusqlite::Result<VirtualCursor<'vtab>> {
+        let (cells, bytes) =
+            std::mem::take(&mut *self.spare.lock().unwrap_or_else(PoisonError::into_inner));
         Ok(VirtualCursor {
             base: ffi::sqlite3_vtab_cursor::default(),
             vtab: self,
-            cells: Vec::new(),
-            bytes: Vec::new(),
+            cells,
+            bytes,
             row: 0,
         })
     }
@@ -495,6 +505,24 @@ fn typed_cell(
             .map(Cell::Int),
         _ => None,
     })
+}
+
+impl Drop for VirtualCursor<'_> {
+    fn drop(&mut self) {
+        let (mut cells, mut bytes) = (
+            std::mem::take(&mut self.cells),
+            std::mem::take(&mut self.bytes),
+        );
+        cells.clear();
+        bytes.clear();
+        cells.shrink_to(KEEP_BYTES / std::mem::size_of::<Cell>());
+        bytes.shrink_to(KEEP_BYTES);
+        *self
+            .vtab
+            .spare
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner) = (cells, bytes);
+    }
 }
 
 impl VirtualCursor<'_> {
