@@ -392,6 +392,23 @@ mod test {
             );
         }
 
+        /// A date-time written reads back as itself, over every year
+        /// written with four digits and the signed ones around them.
+        #[test]
+        fn datetimes_written_read_back(
+            secs in -62_300_000_000i64..253_500_000_000, nanos in 0u32..1_000_000_000,
+        ) {
+            let t = DateTime::from_timestamp(secs, nanos).expect("in chrono's range");
+            let mut buf = [0u8; DATETIME_BUF];
+            let text = write_datetime(t, &mut buf).to_owned();
+            proptest::prop_assert_eq!(parse_datetime(&text), Some(t), "{}", text);
+            proptest::prop_assert_eq!(
+                is_written_datetime(&text),
+                (0..=9_999).contains(&t.year()),
+                "{}", text
+            );
+        }
+
         /// The fixed-layout parser answers as the general one wherever it
         /// answers at all, invalid days, hours and leap seconds included.
         #[test]
@@ -441,6 +458,19 @@ mod test {
             assert_eq!(parse_datetime(s), parse_any_datetime(s), "{s}");
         }
         assert!(parse_written_datetime(b"2024-02-29T23:59:59.25Z").is_some());
+    }
+
+    #[test]
+    fn a_leap_second_is_written_as_second_60() {
+        let mut buf = [0u8; DATETIME_BUF];
+        for (secs, nanos, text) in [
+            (59, 1_500_000_000, "1970-01-01T00:00:60.5"),
+            (1_483_228_799, 1_000_000_000, "2016-12-31T23:59:60"),
+        ] {
+            let t = DateTime::from_timestamp(secs, nanos).expect("a leap second");
+            assert_eq!(write_datetime(t, &mut buf), text);
+            assert_eq!(parse_datetime(text), Some(t));
+        }
     }
 
     #[test]
