@@ -276,11 +276,16 @@ pub fn is_written_datetime(s: &str) -> bool {
         2 | 5 => *c == b':',
         _ => c.is_ascii_digit(),
     });
-    match &b[19..] {
-        [] => time_ok,
+    time_ok && written_fraction(&b[19..])
+}
+
+/// Whether `rest`, what follows the seconds, is a fraction as Burrow writes
+/// it: none, or `.` and one to nine digits without a trailing zero.
+fn written_fraction(rest: &[u8]) -> bool {
+    match rest {
+        [] => true,
         [b'.', frac @ ..] => {
-            time_ok
-                && (1..=9).contains(&frac.len())
+            (1..=9).contains(&frac.len())
                 && frac.iter().all(u8::is_ascii_digit)
                 && frac.last() != Some(&b'0')
         }
@@ -308,18 +313,7 @@ pub fn is_valid_written_datetime(s: &str) -> bool {
     let (Some(hour), Some(min), Some(sec)) = (two(b, 11), two(b, 14), two(b, 17)) else {
         return false;
     };
-    if hour >= 24 || min >= 60 || sec >= 60 {
-        return false;
-    }
-    match &b[19..] {
-        [] => true,
-        [b'.', frac @ ..] => {
-            (1..=9).contains(&frac.len())
-                && frac.iter().all(u8::is_ascii_digit)
-                && frac.last() != Some(&b'0')
-        }
-        _ => false,
-    }
+    hour < 24 && min < 60 && sec < 60 && written_fraction(&b[19..])
 }
 
 /// Whether `b`, at least 10 bytes, starts with `YYYY-MM-DD` naming a day of

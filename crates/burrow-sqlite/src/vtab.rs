@@ -99,14 +99,7 @@ pub struct VirtualTable {
     base: ffi::sqlite3_vtab,
     table: &'static Table,
     engine: Arc<dyn Storage>,
-    /// The buffers the last cursor left: a scan run again fills them
-    /// instead of growing new ones from nothing.
-    spare: Mutex<(Vec<Cell>, Vec<u8>)>,
 }
-
-/// What a closed cursor leaves of each buffer for the next, at most: a
-/// large scan does not keep its memory held by the connection.
-const KEEP_BYTES: usize = 4 << 20;
 
 /// Rows a full scan is assumed to read: the engine's size is not asked for at
 /// planning time, and only the ratios between plans matter to SQLite.
@@ -284,7 +277,6 @@ unsafe impl<'vtab> VTab<'vtab> for VirtualTable {
             base: ffi::sqlite3_vtab::default(),
             table,
             engine,
-            spare: Mutex::default(),
         };
         Ok((Cow::Owned(ddl), vtab))
     }
@@ -400,13 +392,11 @@ unsafe impl<'vtab> VTab<'vtab> for VirtualTable {
     }
 
     fn open(&'vtab mut self) -> rusqlite::Result<VirtualCursor<'vtab>> {
-        let (cells, bytes) =
-            std::mem::take(&mut *self.spare.lock().unwrap_or_else(PoisonError::into_inner));
         Ok(VirtualCursor {
             base: ffi::sqlite3_vtab_cursor::default(),
             vtab: self,
-            cells,
-            bytes,
+            cells: Vec::new(),
+            bytes: Vec::new(),
             row: 0,
         })
     }
@@ -440,24 +430,26 @@ pub struct VirtualCursor<'vtab> {
     row: usize,
 }
 
+/// Appends `t` to the cursor's bytes: where it is kept.
+fn keep(bytes: &mut Vec<u8>, t: &[u8]) -> (usize, usize) {
+    let at = bytes.len();
+    bytes.extend_from_slice(t);
+    (at, bytes.len())
+}
+
 /// Appends `v` in SQLite's form.
 fn push_cell(cells: &mut Vec<Cell>, bytes: &mut Vec<u8>, v: &ValueRef<'_>) -> rusqlite::Result<()> {
     let mut buf = [0u8; DATETIME_BUF];
-    let mut keep = |t: &[u8]| {
-        let at = bytes.len();
-        bytes.extend_from_slice(t);
-        (at, bytes.len())
-    };
     cells.push(match crate::stored(v, &mut buf)? {
         SqlValue::Null => Cell::Null,
         SqlValue::Integer(i) => Cell::Int(i),
         SqlValue::Real(f) => Cell::Real(f),
         SqlValue::Text(t) => {
-            let (a, b) = keep(t);
+            let (a, b) = keep(bytes, t);
             Cell::Text(a, b)
         }
         SqlValue::Blob(t) => {
-            let (a, b) = keep(t);
+            let (a, b) = keep(bytes, t);
             Cell::Blob(a, b)
         }
     });
@@ -477,9 +469,8 @@ fn typed_cell(
 ) -> burrow_core::Result<Option<Cell>> {
     use burrow_core::datetime::{is_written_date, is_written_datetime};
     let text = |t: &str, bytes: &mut Vec<u8>| {
-        let at = bytes.len();
-        bytes.extend_from_slice(t.as_bytes());
-        Cell::Text(at, bytes.len())
+        let (a, b) = keep(bytes, t.as_bytes());
+        Cell::Text(a, b)
     };
     Ok(match kind {
         FieldKind::Text => row.text(idx)?.map(|t| text(t, bytes)),
@@ -491,38 +482,15 @@ fn typed_cell(
             .text(idx)?
             .filter(|t| is_written_datetime(t))
             .map(|t| text(t, bytes)),
-        // A currency's integer is its 1/10,000 amount, the stored form.
-        FieldKind::I64 | FieldKind::Reference(_) | FieldKind::Currency => {
-            row.int(idx)?.map(Cell::Int)
-        }
-        FieldKind::I32 => row
-            .int(idx)?
-            .filter(|i| i32::try_from(*i).is_ok())
-            .map(Cell::Int),
-        FieldKind::U32 => row
-            .int(idx)?
-            .filter(|i| u32::try_from(*i).is_ok())
-            .map(Cell::Int),
+        // An integer is shown as stored; a currency's is its 1/10,000
+        // amount, the stored form.
+        FieldKind::I64
+        | FieldKind::I32
+        | FieldKind::U32
+        | FieldKind::Reference(_)
+        | FieldKind::Currency => row.int(idx)?.map(Cell::Int),
         _ => None,
     })
-}
-
-impl Drop for VirtualCursor<'_> {
-    fn drop(&mut self) {
-        let (mut cells, mut bytes) = (
-            std::mem::take(&mut self.cells),
-            std::mem::take(&mut self.bytes),
-        );
-        cells.clear();
-        bytes.clear();
-        cells.shrink_to(KEEP_BYTES / std::mem::size_of::<Cell>());
-        bytes.shrink_to(KEEP_BYTES);
-        *self
-            .vtab
-            .spare
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner) = (cells, bytes);
-    }
 }
 
 impl VirtualCursor<'_> {
@@ -721,9 +689,8 @@ unsafe impl VTabCursor for VirtualCursor<'_> {
                     // A date the engine holds as the text SQL shows is copied
                     // as it is, not parsed and written again.
                     if let Some(t) = row.written_text(i) {
-                        let at = bytes.len();
-                        bytes.extend_from_slice(t.as_bytes());
-                        cells.push(Cell::Text(at, bytes.len()));
+                        let (a, b) = keep(bytes, t.as_bytes());
+                        cells.push(Cell::Text(a, b));
                         continue;
                     }
                     push_cell(cells, bytes, &row.get(i)?)

@@ -380,10 +380,7 @@ fn write_field(
         }
         FieldKind::Date | FieldKind::DateTime => {
             if let Some(t) = row.text(idx)? {
-                if stored_as_written(field, t, dialect) {
-                    out.push(b'"');
-                    out.extend_from_slice(t.as_bytes());
-                    out.push(b'"');
+                if write_as_written(out, field, t, dialect) {
                     return Ok(());
                 }
             }
@@ -416,10 +413,7 @@ fn write_stored(
 ) -> Result<()> {
     let field = &table.fields[idx];
     if let ValueRef::Text(t) = v {
-        if stored_as_written(field, t, dialect) {
-            out.push(b'"');
-            out.extend_from_slice(t.as_bytes());
-            out.push(b'"');
+        if write_as_written(out, field, t, dialect) {
             return Ok(());
         }
     }
@@ -428,6 +422,18 @@ fn write_stored(
     check_stored(field, &v).map_err(|e| e.at(table, idx))?;
     write_value(out, Some(field), &v, dialect);
     Ok(())
+}
+
+/// Appends `t`, the text stored for `field`, as it is when it is the text
+/// [`write_value`] writes (see [`stored_as_written`]); whether it did.
+fn write_as_written(out: &mut Vec<u8>, field: &Field, t: &str, dialect: JsonDialect) -> bool {
+    if !stored_as_written(field, t, dialect) {
+        return false;
+    }
+    out.push(b'"');
+    out.extend_from_slice(t.as_bytes());
+    out.push(b'"');
+    true
 }
 
 /// Whether `t`, the text an engine stored for a date or date-time `field`,
