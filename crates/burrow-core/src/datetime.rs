@@ -46,9 +46,24 @@ fn from_unix(since: std::time::Duration, cache: &DayCache) -> Option<DateTime<Ut
     Some(NaiveDateTime::new(date, time).and_utc())
 }
 
+/// "00" to "99" one after the other: two digits are written with one copy
+/// from here rather than a division for each.
+const PAIRS: [u8; 200] = {
+    let mut t = [0u8; 200];
+    let mut i = 0;
+    while i < 100 {
+        t[2 * i] = b'0' + (i / 10) as u8;
+        t[2 * i + 1] = b'0' + (i % 10) as u8;
+        i += 1;
+    }
+    t
+};
+
+/// Writes `v` (below 100) as two digits at `buf[at..at + 2]`.
+#[inline(always)]
 fn put2(buf: &mut [u8], at: usize, v: u32) {
-    buf[at] = b'0' + (v / 10) as u8;
-    buf[at + 1] = b'0' + (v % 10) as u8;
+    let p = 2 * v as usize;
+    buf[at..at + 2].copy_from_slice(&PAIRS[p..p + 2]);
 }
 
 fn put_date(buf: &mut [u8], d: NaiveDate) -> usize {
@@ -85,7 +100,7 @@ pub fn write_datetime(t: DateTime<Utc>, buf: &mut [u8; DATETIME_BUF]) -> &str {
     buf[n + 6] = b':';
     // A leap second shows as nanosecond >= 1e9; it is kept as second 60.
     let nanos = t.nanosecond();
-    let (sec, mut frac) = if nanos >= 1_000_000_000 {
+    let (sec, frac) = if nanos >= 1_000_000_000 {
         (60, nanos - 1_000_000_000)
     } else {
         (t.second(), nanos)
@@ -93,17 +108,19 @@ pub fn write_datetime(t: DateTime<Utc>, buf: &mut [u8; DATETIME_BUF]) -> &str {
     put2(buf, n + 7, sec);
     n += 9;
     if frac != 0 {
-        let mut digits = 9;
-        while frac % 10 == 0 {
-            frac /= 10;
-            digits -= 1;
-        }
+        // All nine digits in pairs, then the trailing zeros dropped (the
+        // fraction is not zero, so the scan stops before the point).
         buf[n] = b'.';
-        for i in (0..digits).rev() {
-            buf[n + 1 + i] = b'0' + (frac % 10) as u8;
-            frac /= 10;
+        buf[n + 1] = b'0' + (frac / 100_000_000) as u8;
+        let (hi, lo) = ((frac / 10_000) % 10_000, frac % 10_000);
+        put2(buf, n + 2, hi / 100);
+        put2(buf, n + 4, hi % 100);
+        put2(buf, n + 6, lo / 100);
+        put2(buf, n + 8, lo % 100);
+        n += 10;
+        while buf[n - 1] == b'0' {
+            n -= 1;
         }
-        n += 1 + digits;
     }
     crate::text::utf8(&buf[..n]).expect("ASCII digits")
 }
