@@ -61,7 +61,8 @@
 //! Inside: `statements` holds the SQL text of one table, built when the table
 //! is opened; `schema` creates tables and brings existing ones up to the
 //! record; `hot` keeps prepared statements across calls; `vtab` shows tables
-//! of other engines to SQL. The external layer (`burrow-sql`) writes its
+//! of other engines to SQL, and `scan` reads a large one on a worker beside
+//! the SQL consuming it. The external layer (`burrow-sql`) writes its
 //! statements with [`statements::TableNames`] and its SQLite columns and
 //! indexes with [`schema`], so each is written once for both engines.
 
@@ -71,6 +72,7 @@ mod crypt;
 mod hot;
 mod options;
 mod readers;
+mod scan;
 pub mod schema;
 pub mod statements;
 mod vtab;

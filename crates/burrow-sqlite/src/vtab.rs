@@ -36,6 +36,9 @@
 
 use std::borrow::Cow;
 use std::ffi::{c_int, CStr, CString};
+use std::panic::{catch_unwind, AssertUnwindSafe};
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::mpsc::{self, Receiver, Sender, TryRecvError};
 use std::sync::{Arc, Mutex, PoisonError};
 
 use burrow_core::datetime::DATETIME_BUF;
@@ -99,6 +102,9 @@ pub struct VirtualTable {
     base: ffi::sqlite3_vtab,
     table: &'static Table,
     engine: Arc<dyn Storage>,
+    /// Rows the last whole read of the table handed over, in full: a read
+    /// goes to a scan worker only once the table has shown itself large.
+    last_scan: AtomicUsize,
 }
 
 /// Rows a full scan is assumed to read: the engine's size is not asked for at
@@ -277,6 +283,7 @@ unsafe impl<'vtab> VTab<'vtab> for VirtualTable {
             base: ffi::sqlite3_vtab::default(),
             table,
             engine,
+            last_scan: AtomicUsize::new(0),
         };
         Ok((Cow::Owned(ddl), vtab))
     }
@@ -398,6 +405,8 @@ unsafe impl<'vtab> VTab<'vtab> for VirtualTable {
             cells: Vec::new(),
             bytes: Vec::new(),
             row: 0,
+            feed: None,
+            streamed: 0,
         })
     }
 }
@@ -420,6 +429,11 @@ enum Cell {
 /// A scan of a virtual table: the rows the engine returned, `1 + fields` cells
 /// per row, already in SQLite's form. Text and blobs share one byte buffer and
 /// dates are written as text once, so a scan allocates nothing per row.
+///
+/// A lookup, a filtered read and a small table's read are made whole in
+/// `filter`; a large table's whole read is made by a scan worker
+/// ([`crate::scan`]) and arrives in chunks on `feed`, each replacing the
+/// cells and bytes of the one before.
 #[repr(C)]
 pub struct VirtualCursor<'vtab> {
     /// SQLite's part of the structure; must come first.
@@ -427,7 +441,99 @@ pub struct VirtualCursor<'vtab> {
     vtab: &'vtab VirtualTable,
     cells: Vec<Cell>,
     bytes: Vec<u8>,
+    /// The current row within `cells`.
     row: usize,
+    /// The chunks still to come of a streamed read.
+    feed: Option<Receiver<Chunk>>,
+    /// Rows of a streamed read handed over before the current chunk.
+    streamed: usize,
+}
+
+/// What a scan worker sends its cursor.
+enum Chunk {
+    /// The next rows: their cells and the bytes their text and blobs point into.
+    Rows(Vec<Cell>, Vec<u8>),
+    /// The read ended after the rows sent; without it a closed feed is a
+    /// worker that stopped part-way.
+    End,
+    /// The read failed after the rows sent.
+    Failed(String),
+}
+
+/// A table whose last whole read handed over fewer rows reads in the caller's
+/// thread: below this, waking a worker costs more than it overlaps.
+const STREAM_FROM_ROWS: usize = 2_048;
+
+/// Rows in a streamed read's first chunk, small so that SQLite starts early;
+/// later chunks double up to [`CHUNK_ROWS`].
+const FIRST_CHUNK_ROWS: usize = 64;
+const CHUNK_ROWS: usize = 1_024;
+
+/// Appends one row the engine handed over, ID first, in SQLite's form.
+fn push_row(
+    table: &Table,
+    row: &dyn Row,
+    cells: &mut Vec<Cell>,
+    bytes: &mut Vec<u8>,
+) -> burrow_core::Result<()> {
+    cells.push(Cell::Int(row.id()?));
+    let typed = row.typed();
+    for (i, f) in table.fields.iter().enumerate() {
+        if typed {
+            if let Some(cell) = typed_cell(f.kind, row, i, bytes)? {
+                cells.push(cell);
+                continue;
+            }
+        }
+        // A date the engine holds as the text SQL shows is copied as it is,
+        // not parsed and written again.
+        if let Some(t) = row.written_text(i) {
+            let (a, b) = keep(bytes, t.as_bytes());
+            cells.push(Cell::Text(a, b));
+            continue;
+        }
+        push_cell(cells, bytes, &row.get(i)?)
+            .map_err(|e| burrow_core::Error::engine(crate::ENGINE, e))?;
+    }
+    Ok(())
+}
+
+/// A scan worker's read of `table`: every selected row, in chunks on `out`,
+/// then [`Chunk::End`], or [`Chunk::Failed`] where the read failed. Stops at
+/// the first chunk nobody receives.
+fn stream(engine: &dyn Storage, table: &'static Table, select: &Select, out: &Sender<Chunk>) {
+    let stride = table.fields.len() + 1;
+    let mut rows = FIRST_CHUNK_ROWS;
+    let (mut cells, mut bytes) = (Vec::with_capacity(rows * stride), Vec::new());
+    let read = catch_unwind(AssertUnwindSafe(|| {
+        engine.select(table, select, &mut |row| {
+            push_row(table, row, &mut cells, &mut bytes)?;
+            if cells.len() >= rows * stride {
+                rows = (rows * 2).min(CHUNK_ROWS);
+                let full = std::mem::replace(&mut cells, Vec::with_capacity(rows * stride));
+                let room = bytes.capacity();
+                let text = std::mem::replace(&mut bytes, Vec::with_capacity(room));
+                out.send(Chunk::Rows(full, text))
+                    .map_err(|_| burrow_core::Error::Unsupported("the scan was dropped".into()))?;
+            }
+            Ok(())
+        })
+    }));
+    let last = match read {
+        Ok(Ok(())) => {
+            if !cells.is_empty() && out.send(Chunk::Rows(cells, bytes)).is_err() {
+                return;
+            }
+            Chunk::End
+        }
+        Ok(Err(e)) => Chunk::Failed(e.to_string()),
+        Err(_) => Chunk::Failed(format!(
+            "the engine's read of table {} panicked",
+            table.name
+        )),
+    };
+    // Nobody to tell when the cursor is gone.
+    let _ = out.send(last);
 }
 
 /// Appends `t` to the cursor's bytes: where it is kept.
@@ -496,6 +602,45 @@ fn typed_cell(
 impl VirtualCursor<'_> {
     fn stride(&self) -> usize {
         self.vtab.table.fields.len() + 1
+    }
+
+    /// With the current chunk read to its end, waits for the next one of a
+    /// streamed read; at the read's end the cursor is at EOF.
+    fn pull(&mut self) -> rusqlite::Result<()> {
+        while self.eof() {
+            let Some(feed) = &self.feed else {
+                return Ok(());
+            };
+            // A chunk is usually there already: only an empty feed blocks.
+            let chunk = match feed.try_recv() {
+                Ok(c) => Ok(c),
+                Err(TryRecvError::Empty) => feed.recv().map_err(|_| ()),
+                Err(TryRecvError::Disconnected) => Err(()),
+            };
+            match chunk {
+                Ok(Chunk::Rows(cells, bytes)) => {
+                    self.streamed += self.cells.len() / self.stride();
+                    (self.cells, self.bytes, self.row) = (cells, bytes, 0);
+                }
+                Ok(Chunk::End) => {
+                    let rows = self.streamed + self.cells.len() / self.stride();
+                    self.vtab.last_scan.store(rows, Ordering::Relaxed);
+                    self.feed = None;
+                }
+                Ok(Chunk::Failed(e)) => {
+                    self.feed = None;
+                    return Err(rusqlite::Error::ModuleError(e));
+                }
+                Err(()) => {
+                    self.feed = None;
+                    return Err(rusqlite::Error::ModuleError(format!(
+                        "the read of table {} stopped part-way",
+                        self.vtab.table.name
+                    )));
+                }
+            }
+        }
+        Ok(())
     }
 }
 
@@ -666,6 +811,10 @@ unsafe impl VTabCursor for VirtualCursor<'_> {
         args: &Filters<'_>,
     ) -> rusqlite::Result<()> {
         let table = self.vtab.table;
+        // A read still streaming from an earlier filter ends here: the
+        // worker stops at its next chunk.
+        self.feed = None;
+        self.streamed = 0;
         self.cells.clear();
         self.bytes.clear();
         self.row = 0;
@@ -673,37 +822,36 @@ unsafe impl VTabCursor for VirtualCursor<'_> {
             // A comparison with NULL holds for no row.
             return Ok(());
         };
+        let whole = select.filter.expr.is_none() && select.offset == 0;
+        if whole
+            && select.limit.is_none_or(|l| l >= STREAM_FROM_ROWS as u64)
+            && self.vtab.last_scan.load(Ordering::Relaxed) >= STREAM_FROM_ROWS
+        {
+            let (tx, rx) = mpsc::channel();
+            let (engine, whole_read) = (self.vtab.engine.clone(), select.clone());
+            if crate::scan::spawn(move || stream(&*engine, table, &whole_read, &tx)) {
+                self.feed = Some(rx);
+                return self.pull();
+            }
+        }
         let (cells, bytes) = (&mut self.cells, &mut self.bytes);
         self.vtab
             .engine
             .select(table, &select, &mut |row| {
-                cells.push(Cell::Int(row.id()?));
-                let typed = row.typed();
-                for (i, f) in table.fields.iter().enumerate() {
-                    if typed {
-                        if let Some(cell) = typed_cell(f.kind, row, i, bytes)? {
-                            cells.push(cell);
-                            continue;
-                        }
-                    }
-                    // A date the engine holds as the text SQL shows is copied
-                    // as it is, not parsed and written again.
-                    if let Some(t) = row.written_text(i) {
-                        let (a, b) = keep(bytes, t.as_bytes());
-                        cells.push(Cell::Text(a, b));
-                        continue;
-                    }
-                    push_cell(cells, bytes, &row.get(i)?)
-                        .map_err(|e| burrow_core::Error::engine(crate::ENGINE, e))?;
-                }
-                Ok(())
+                push_row(table, row, cells, bytes)
             })
-            .map_err(|e| rusqlite::Error::ModuleError(e.to_string()))
+            .map_err(|e| rusqlite::Error::ModuleError(e.to_string()))?;
+        if whole && select.limit.is_none() {
+            self.vtab
+                .last_scan
+                .store(self.cells.len() / self.stride(), Ordering::Relaxed);
+        }
+        Ok(())
     }
 
     fn next(&mut self) -> rusqlite::Result<()> {
         self.row += 1;
-        Ok(())
+        self.pull()
     }
 
     fn eof(&self) -> bool {

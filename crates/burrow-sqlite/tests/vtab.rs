@@ -1,8 +1,12 @@
 //! Tables of another engine seen through SQLite's SQL as virtual tables.
 
-use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering::SeqCst};
+use std::sync::{Arc, Mutex};
 
-use burrow_core::{params, Currency, Database, Model, Orm, Record, RowOps};
+use burrow_core::{
+    params, Batch, Caps, Column, Currency, Database, EngineTx, Fields, Filter, Model, Orm, Record,
+    Result as BResult, Row as BRow, RowOps, Select, Storage, Table, Value,
+};
 use burrow_derive::Record;
 use burrow_sqlite::SqliteEngine;
 
@@ -63,7 +67,10 @@ fn open() -> Result<Opened, Box<dyn std::error::Error>> {
 fn join_and_aggregate_across_engines() -> Res {
     let (client, main, other) = open()?;
     // The pets are really in the other engine, not in the main database.
-    assert_eq!(other.count(Pet::table(), &burrow_core::Filter::all())?, 3);
+    assert_eq!(
+        other.count(<Pet as Record>::table(), &burrow_core::Filter::all())?,
+        3
+    );
     let rows = main.with_connection(|c| {
         let mut s = c.prepare(
             "SELECT o.Name, count(p.ID), coalesce(sum(p.Price), 0) FROM Owner o \
@@ -211,5 +218,236 @@ fn writes_through_sql_are_refused_and_change_nothing() -> Res {
     let r = client.sql_list::<Pet>("DELETE FROM Pet RETURNING *", &[]);
     assert!(r.is_err());
     assert_eq!(client.count::<Pet>("", &[])?, 3);
+    Ok(())
+}
+
+/// An engine in front of another that notes which thread each `select` ran
+/// on, and can fail or panic part-way through one (after `fail_after` rows).
+struct Probe {
+    inner: Arc<SqliteEngine>,
+    fail_after: AtomicUsize,
+    panic: AtomicBool,
+    threads: Mutex<Vec<Option<String>>>,
+}
+
+impl RowOps for Probe {
+    fn insert(&self, t: &'static Table, id: Option<i64>, row: &dyn Fields) -> BResult<i64> {
+        self.inner.insert(t, id, row)
+    }
+    fn update(&self, t: &'static Table, row: &dyn Fields, f: Option<&[usize]>) -> BResult<bool> {
+        self.inner.update(t, row, f)
+    }
+    fn delete(&self, t: &'static Table, id: i64) -> BResult<bool> {
+        self.inner.delete(t, id)
+    }
+    fn delete_where(&self, t: &'static Table, f: &Filter) -> BResult<u64> {
+        self.inner.delete_where(t, f)
+    }
+    fn retrieve(
+        &self,
+        t: &'static Table,
+        id: i64,
+        out: &mut dyn FnMut(&dyn BRow) -> BResult<()>,
+    ) -> BResult<bool> {
+        self.inner.retrieve(t, id, out)
+    }
+    fn select(
+        &self,
+        t: &'static Table,
+        s: &Select,
+        out: &mut dyn FnMut(&dyn BRow) -> BResult<()>,
+    ) -> BResult<()> {
+        let name = std::thread::current().name().map(str::to_owned);
+        self.threads.lock().unwrap().push(name);
+        let fail_after = self.fail_after.load(SeqCst);
+        let mut seen = 0;
+        self.inner.select(t, s, &mut |row| {
+            seen += 1;
+            if seen > fail_after {
+                if self.panic.load(SeqCst) {
+                    panic!("the probe panics part-way");
+                }
+                return Err(burrow_core::Error::BadInput(
+                    "the probe fails part-way".into(),
+                ));
+            }
+            out(row)
+        })
+    }
+    fn count(&self, t: &'static Table, f: &Filter) -> BResult<u64> {
+        self.inner.count(t, f)
+    }
+    fn select_value(&self, t: &'static Table, c: Column, s: &Select) -> BResult<Option<Value>> {
+        self.inner.select_value(t, c, s)
+    }
+}
+
+impl Storage for Probe {
+    fn caps(&self) -> Caps {
+        self.inner.caps()
+    }
+    fn ensure_table(&self, t: &'static Table) -> BResult<()> {
+        self.inner.ensure_table(t)
+    }
+    fn begin(self: Arc<Self>) -> BResult<Box<dyn EngineTx>> {
+        self.inner.clone().begin()
+    }
+}
+
+/// Pets enough that a whole read of their table goes to a scan worker once
+/// the table has shown its size.
+const MANY: i64 = 5_000;
+
+/// A client, its main engine, and the probe in front of the pets' engine.
+type Large = (Database, Arc<SqliteEngine>, Arc<Probe>);
+
+fn open_large() -> Result<Large, Box<dyn std::error::Error>> {
+    let main = Arc::new(SqliteEngine::memory()?);
+    let probe = Arc::new(Probe {
+        inner: Arc::new(SqliteEngine::memory()?),
+        fail_after: AtomicUsize::new(usize::MAX),
+        panic: AtomicBool::new(false),
+        threads: Mutex::new(Vec::new()),
+    });
+    let client = Database::builder(Model::new().with::<Owner>().with::<Pet>())
+        .default_engine(main.clone())
+        .place::<Pet>(probe.clone())
+        .open()?;
+    let mut batch = Batch::new();
+    for i in 0..MANY {
+        batch.add(Pet {
+            id: 0,
+            owner: i % 7,
+            kind: ["cat", "dog", "newt"][(i % 3) as usize].into(),
+            price: Currency::from_int(i * 25).expect("in range"),
+        });
+    }
+    client.send(&mut batch)?;
+    Ok((client, main, probe))
+}
+
+type PetRow = (i64, i64, String, i64);
+
+fn pets(main: &SqliteEngine, sql: &str) -> burrow_core::Result<Vec<PetRow>> {
+    main.with_connection(|c| {
+        let mut s = c.prepare(sql)?;
+        let r = s.query_map([], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?)))?;
+        r.collect()
+    })
+}
+
+/// Whether the last `select` the probe saw ran on a scan worker.
+fn last_on_worker(probe: &Probe) -> bool {
+    let threads = probe.threads.lock().unwrap();
+    threads.last().cloned().flatten().as_deref() == Some("burrow-scan")
+}
+
+fn workers_available() -> bool {
+    std::thread::available_parallelism().is_ok_and(|n| n.get() > 1)
+}
+
+#[test]
+fn a_large_table_read_whole_streams_from_a_worker_with_every_row() -> Res {
+    let (_client, main, probe) = open_large()?;
+    let expected: Vec<PetRow> = (1..=MANY)
+        .map(|id| {
+            let i = id - 1;
+            let kind = ["cat", "dog", "newt"][(i % 3) as usize].to_string();
+            (id, i % 7, kind, i * 25 * 10_000)
+        })
+        .collect();
+    let all = "SELECT ID, Owner, Kind, Price FROM Pet";
+    // The first whole read learns the table's size, in the caller's thread.
+    assert_eq!(pets(&main, all)?, expected);
+    assert!(!last_on_worker(&probe));
+    for _ in 0..3 {
+        assert_eq!(pets(&main, all)?, expected);
+        assert_eq!(last_on_worker(&probe), workers_available());
+    }
+    let mut reversed = expected.clone();
+    reversed.reverse();
+    assert_eq!(pets(&main, &format!("{all} ORDER BY ID DESC"))?, reversed);
+    // Aggregates and joins over the streamed rows.
+    let n: i64 = main.with_connection(|c| {
+        c.query_row("SELECT count(*) + sum(Price = 0) FROM Pet", [], |r| {
+            r.get(0)
+        })
+    })?;
+    assert_eq!(n, MANY + 1);
+    // A lookup and a short limited read stay in the caller's thread.
+    assert_eq!(
+        pets(&main, &format!("{all} WHERE ID = 42"))?,
+        [expected[41].clone()]
+    );
+    assert!(!last_on_worker(&probe));
+    assert_eq!(
+        pets(&main, &format!("{all} ORDER BY ID LIMIT 3"))?,
+        expected[..3]
+    );
+    assert!(!last_on_worker(&probe));
+    Ok(())
+}
+
+#[test]
+fn a_streamed_read_stopped_early_lets_the_engine_go() -> Res {
+    let (client, main, _probe) = open_large()?;
+    let all = "SELECT ID, Owner, Kind, Price FROM Pet";
+    pets(&main, all)?;
+    for _ in 0..20 {
+        // LIKE is SQLite's alone, so the engine is asked for every row and
+        // SQLite stops reading after two.
+        let two = pets(&main, &format!("{all} WHERE Kind LIKE 'n%' LIMIT 2"))?;
+        assert_eq!(two.iter().map(|p| p.0).collect::<Vec<_>>(), [3, 6]);
+        // The engine is free for a write at once.
+        client.add(&mut Pet {
+            id: 0,
+            owner: 1,
+            kind: "ant".into(),
+            price: Currency::from_int(1).expect("in range"),
+        })?;
+    }
+    assert_eq!(client.count::<Pet>("", &[])?, MANY as u64 + 20);
+    Ok(())
+}
+
+#[test]
+fn a_streamed_read_that_fails_part_way_fails_the_statement() -> Res {
+    let (_client, main, probe) = open_large()?;
+    let all = "SELECT ID, Owner, Kind, Price FROM Pet";
+    pets(&main, all)?;
+    for panic in [false, true, false] {
+        probe.panic.store(panic, SeqCst);
+        probe.fail_after.store(3_000, SeqCst);
+        let err = pets(&main, all).expect_err("a read failing part-way fails");
+        let expected = if panic { "panicked" } else { "fails part-way" };
+        assert!(err.to_string().contains(expected), "{err}");
+        // Not a short answer: every row, once the engine reads again.
+        probe.fail_after.store(usize::MAX, SeqCst);
+        assert_eq!(pets(&main, all)?.len(), MANY as usize);
+    }
+    Ok(())
+}
+
+#[test]
+fn streamed_reads_from_many_threads_at_once_each_get_every_row() -> Res {
+    let (_client, main, _probe) = open_large()?;
+    let all = "SELECT ID, Owner, Kind, Price FROM Pet";
+    let expected = pets(&main, all)?;
+    // More threads than scan workers: the others read in their own thread.
+    std::thread::scope(|s| {
+        let handles: Vec<_> = (0..6)
+            .map(|_| {
+                s.spawn(|| -> burrow_core::Result<()> {
+                    for _ in 0..5 {
+                        assert_eq!(pets(&main, all)?, expected);
+                    }
+                    Ok(())
+                })
+            })
+            .collect();
+        handles
+            .into_iter()
+            .try_for_each(|h| h.join().expect("no panic"))
+    })?;
     Ok(())
 }
