@@ -467,7 +467,11 @@ const STREAM_FROM_ROWS: usize = 2_048;
 /// Rows in a streamed read's first chunk, small so that SQLite starts early;
 /// later chunks double up to [`CHUNK_ROWS`].
 const FIRST_CHUNK_ROWS: usize = 64;
-const CHUNK_ROWS: usize = 1_024;
+/// Small enough that a chunk is still in the processors' caches when SQLite
+/// reads it: 256-row chunks read about 5% faster than 1,024-row ones and 15%
+/// faster than 4,096-row ones (`ext-sqlite-mem` All Virtual, four alternating
+/// runs), for one channel message per 256 rows.
+const CHUNK_ROWS: usize = 256;
 
 /// Appends one row the engine handed over, ID first, in SQLite's form.
 fn push_row(
