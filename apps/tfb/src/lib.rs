@@ -79,7 +79,9 @@ pub struct Config {
     pub threads: usize,
     /// Pin each server's threads to one CPU, servers spread over the CPUs.
     pub pin: bool,
-    /// PostgreSQL connections per server for the raw and async families.
+    /// PostgreSQL connections per server for the raw and async families:
+    /// one shared by every one-query request, the others taken in turn by
+    /// requests of many queries ([`raw::RawPg::single`], [`raw::RawPg::multi`]).
     pub pg_conns: usize,
     /// PostgreSQL connections of the ORM family's pool (shared).
     pub orm_pool: usize,
@@ -99,7 +101,7 @@ impl Config {
             servers: cpus,
             threads: 1,
             pin: false,
-            pg_conns: 4,
+            pg_conns: 5,
             orm_pool: 8 * cpus,
             orm_threads: 2 * cpus,
         }
@@ -203,15 +205,15 @@ impl App {
         let i = *conn
             .pg
             .get_or_insert_with(|| self.next.fetch_add(1, Ordering::Relaxed));
-        let pg = raw.conn(i);
+        let multi = raw.multi(i);
         match path {
-            "/rawdb" | "/asyncdb" => answer(pg.one().await),
-            "/rawqueries" => answer(pg.many(n("queries"), false).await),
-            "/asyncqueries" => answer(pg.many(n("queries"), true).await),
+            "/rawdb" | "/asyncdb" => answer(raw.single().one().await),
+            "/rawqueries" => answer(multi.many(n("queries"), false).await),
+            "/asyncqueries" => answer(multi.many(n("queries"), true).await),
             "/rawcached" => json(&raw.cached(n("count"))),
-            "/rawupdates" => answer(pg.update(n("queries"), false).await),
-            "/asyncupdates" => answer(pg.update(n("queries"), true).await),
-            "/rawfortunes" | "/asyncfortunes" => fortunes(pg.fortunes().await),
+            "/rawupdates" => answer(multi.update(n("queries"), false).await),
+            "/asyncupdates" => answer(multi.update(n("queries"), true).await),
+            "/rawfortunes" | "/asyncfortunes" => fortunes(raw.single().fortunes().await),
             _ => Response::error(404, "Not Found"),
         }
     }
