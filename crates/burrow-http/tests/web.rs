@@ -689,3 +689,41 @@ fn streamed_bodies_go_chunked_gzipped_or_cut_short() {
     while c.fill() {}
     assert_eq!(c.buf, pieces(5));
 }
+
+#[test]
+fn a_head_trickled_in_gets_408_at_its_time_limit() {
+    let limits = Limits {
+        request_timeout: Duration::from_millis(400),
+        ..Limits::default()
+    };
+    let (server, _) = server_with(limits);
+    // A whole request, then the start of another in the same write: the
+    // first is answered, and the second's limit runs from its first bytes
+    // however slowly the rest comes.
+    let mut c = Conn::open(server.local_addr());
+    let start = Instant::now();
+    c.send(b"GET /echo?v=1 HTTP/1.1\r\nHost: t\r\n\r\nGET /echo?v=2 HTTP/1.1\r\nHo");
+    assert_eq!(c.read().expect("the whole one").text(), "1 1 ");
+    let mut late = None;
+    for _ in 0..20 {
+        std::thread::sleep(Duration::from_millis(100));
+        if c.stream.write_all(b"x").is_err() {
+            break;
+        }
+        if late.is_none() {
+            let _ = c.stream.set_read_timeout(Some(Duration::from_millis(1)));
+            if let Some(r) = c.read() {
+                late = Some((r.status, start.elapsed()));
+            }
+            let _ = c.stream.set_read_timeout(Some(Duration::from_secs(10)));
+        }
+    }
+    let (status, after) = late.expect("a 408 before the trickle ends");
+    assert_eq!(status, 408);
+    assert!(after < Duration::from_millis(1_500), "{after:?}");
+    // A head that arrives whole after an idle wait is no late one.
+    let mut c = Conn::open(server.local_addr());
+    std::thread::sleep(Duration::from_millis(600));
+    assert_eq!(c.get("/echo?v=3").text(), "1 3 ");
+    server.shutdown();
+}

@@ -194,8 +194,11 @@ pub(crate) async fn serve<H: Handler>(
             buf.clear();
             pos = 0;
         }
-        // The head of the next request.
-        let mut deadline = (pos < buf.len()).then(|| Instant::now() + limits.request_timeout);
+        // The head of the next request. Its time limit runs from when its
+        // first bytes are seen, and is read from the clock only when the head
+        // must wait for more: a request already whole in the buffer (every
+        // pipelined one but the last) costs no clock read.
+        let mut deadline = None;
         let (admitted, len) = loop {
             if pos < buf.len() {
                 match request::parse(&buf[pos..], limits) {
@@ -216,7 +219,9 @@ pub(crate) async fn serve<H: Handler>(
                         };
                         break (admitted, len);
                     }
-                    Parsed::Partial => {}
+                    Parsed::Partial => {
+                        deadline.get_or_insert_with(|| Instant::now() + limits.request_timeout);
+                    }
                     Parsed::Fail(r) => {
                         fail(core, &mut stream, &mut out, r).await;
                         break 'conn;
@@ -264,11 +269,8 @@ pub(crate) async fn serve<H: Handler>(
                     }
                 }
             };
-            match n {
-                Ok(0) | Err(_) => break 'conn,
-                Ok(_) => {
-                    deadline.get_or_insert_with(|| Instant::now() + limits.request_timeout);
-                }
+            if matches!(n, Ok(0) | Err(_)) {
+                break 'conn;
             }
         };
         pos += len;
