@@ -208,11 +208,50 @@ thread_local! {
     static DATE: Cell<(i64, [u8; DATE_LEN])> = const { Cell::new((i64::MIN, [0; DATE_LEN])) };
 }
 
+/// The clock, as a Unix time and the nanoseconds into its second.
+fn clock() -> (i64, u32) {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or((0, 0), |d| {
+            (
+                i64::try_from(d.as_secs()).unwrap_or(i64::MAX),
+                d.subsec_nanos(),
+            )
+        })
+}
+
+/// The current Unix second, kept by a thread that wakes as each second
+/// starts, so that a response reads it from memory: a clock read for every
+/// response cost about 3% of a server answering pipelined requests. Read
+/// from the clock itself if that thread could not be started.
+fn now_second() -> i64 {
+    use std::sync::atomic::{AtomicBool, AtomicI64, Ordering::Relaxed};
+    static NOW: AtomicI64 = AtomicI64::new(0);
+    static TICKING: AtomicBool = AtomicBool::new(false);
+    static START: std::sync::Once = std::sync::Once::new();
+    START.call_once(|| {
+        NOW.store(clock().0, Relaxed);
+        let ticker = std::thread::Builder::new()
+            .name("burrow-date".into())
+            .spawn(|| loop {
+                let (second, nanos) = clock();
+                NOW.store(second, Relaxed);
+                // Just past the start of the next second.
+                let left = 1_000_000_000 - u64::from(nanos.min(999_999_999));
+                std::thread::sleep(std::time::Duration::from_nanos(left + 200_000));
+            });
+        TICKING.store(ticker.is_ok(), Relaxed);
+    });
+    if TICKING.load(Relaxed) {
+        NOW.load(Relaxed)
+    } else {
+        clock().0
+    }
+}
+
 /// Appends the `Date` value of now.
 pub(crate) fn write_date(out: &mut Vec<u8>) {
-    let now = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map_or(0, |d| i64::try_from(d.as_secs()).unwrap_or(i64::MAX));
+    let now = now_second();
     let (second, mut text) = DATE.get();
     if second != now {
         text = render_date(now);
