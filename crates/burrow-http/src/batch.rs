@@ -302,7 +302,7 @@ fn read_body<'a>(
             };
             let t = model
                 .table(&name)
-                .ok_or_else(|| Error::UnknownTable(name.into_owned()))?;
+                .ok_or_else(|| unknown_table(model, writable, &name))?;
             r.expect(b':')?;
             items(model, writable, Some(t), r, out)?;
             if r.more(b'}')? {
@@ -319,6 +319,19 @@ fn read_body<'a>(
 /// of its rows, so that the errors its rows would get (an unknown field, a
 /// wrong type) tell a client without the right nothing of the table.
 pub(crate) type Writable<'w> = Option<&'w [&'static Table]>;
+
+/// The error for a table name the model does not hold: a client that may
+/// not write every table gets the 403 of a table it may not write, so that
+/// it cannot tell the names of tables that exist from those that do not.
+fn unknown_table(model: &Model, writable: Writable<'_>, name: &str) -> Error {
+    match writable {
+        Some(w) if w.len() < model.tables().len() => Error::Denied {
+            status: 403,
+            reason: "Forbidden".into(),
+        },
+        _ => Error::UnknownTable(name.to_owned()),
+    }
+}
 
 fn may_write(writable: Writable<'_>, t: &'static Table) -> Result<&'static Table> {
     match writable {
@@ -356,7 +369,7 @@ impl Tables<'_> {
         let t = self
             .model
             .table(name)
-            .ok_or_else(|| Error::UnknownTable(name.to_owned()))?;
+            .ok_or_else(|| unknown_table(self.model, self.writable, name))?;
         let t = may_write(self.writable, t)?;
         self.last = Some((name.to_owned(), t));
         Ok((verb, t))

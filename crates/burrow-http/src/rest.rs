@@ -337,12 +337,12 @@ fn route(sh: &Ctx<'_>, req: &RestRequest, who: Principal) -> Outcome {
                 }
                 [p] if *p == "_ping_" => return Ok(Response::json(b"{\"count\":0}".to_vec())),
                 [t] => {
-                    let t = table(sh, t)?;
+                    let t = table_for(sh, who, t)?;
                     check(sh, who, t, writes)?;
                     sh.cache.flush_table(t)
                 }
                 [t, id] => {
-                    let t = table(sh, t)?;
+                    let t = table_for(sh, who, t)?;
                     check(sh, who, t, writes)?;
                     sh.cache.flush_id(t, parse_id(id)?)
                 }
@@ -358,11 +358,11 @@ fn route(sh: &Ctx<'_>, req: &RestRequest, who: Principal) -> Outcome {
             run_batch(sh, req, who, None)
         }
         [t, b] if b.eq_ignore_ascii_case("Batch") && (m == "PUT" || m == "POST") => {
-            let t = table(sh, t)?;
+            let t = table_for(sh, who, t)?;
             run_batch(sh, req, who, Some(t))
         }
         [t] => {
-            let t = table(sh, t)?;
+            let t = table_for(sh, who, t)?;
             match m {
                 "GET" | "HEAD" => list(sh, req, who, t),
                 "POST" => add(sh, req, who, t),
@@ -371,7 +371,7 @@ fn route(sh: &Ctx<'_>, req: &RestRequest, who: Principal) -> Outcome {
             }
         }
         [t, id] => {
-            let t = table(sh, t)?;
+            let t = table_for(sh, who, t)?;
             let id = parse_id(id)?;
             match m {
                 "GET" | "HEAD" => retrieve(sh, req, who, t, id),
@@ -381,7 +381,7 @@ fn route(sh: &Ctx<'_>, req: &RestRequest, who: Principal) -> Outcome {
             }
         }
         [t, id, field] if get => {
-            let t = table(sh, t)?;
+            let t = table_for(sh, who, t)?;
             let id = parse_id(id)?;
             blob(sh, who, t, id, field)
         }
@@ -394,6 +394,37 @@ pub(crate) fn table(sh: &Shared, name: &str) -> std::result::Result<&'static Tab
         .model()
         .table(name)
         .ok_or_else(|| err(Error::UnknownTable(name.to_owned())))
+}
+
+/// The table `name` names for `who`; a name the model does not hold gets,
+/// under access control, the answer a table `who` may not use gets (401
+/// before a login, 403 after), unless `who` holds a right on every table:
+/// otherwise comparing the answers for two names (400 "unknown table"
+/// against 401 or 403) would tell which tables exist.
+fn table_for(
+    sh: &Shared,
+    who: Principal,
+    name: &str,
+) -> std::result::Result<&'static Table, Response> {
+    sh.client
+        .model()
+        .table(name)
+        .ok_or_else(|| unknown_table(sh, who, name))
+}
+
+/// The answer to `who` for a table name the model does not hold (see
+/// [`table_for`]).
+fn unknown_table(sh: &Shared, who: Principal, name: &str) -> Response {
+    match &sh.auth {
+        Some(_) if who == Principal::Anyone => Response::error(401, "authentication required"),
+        // A name no group lists takes the group's rights on every table.
+        Some(auth) if !any_right(&auth.rights(who, name)) => Response::error(403, "Forbidden"),
+        _ => err(Error::UnknownTable(name.to_owned())),
+    }
+}
+
+fn any_right(r: &Rights) -> bool {
+    r.read || writes(r)
 }
 
 /// The row calls for `t`: its engine's, or those of the engine's part of
@@ -832,7 +863,10 @@ fn sql_select(sh: &Ctx<'_>, req: &RestRequest, who: Principal) -> Outcome {
     if text.trim().is_empty() {
         return Err(bad("GET on the root takes a SELECT statement as its body"));
     }
-    let s = sql::parse_select(sh.client.model(), text).map_err(sql_err)?;
+    let s = sql::parse_select(sh.client.model(), text).map_err(|e| match e {
+        SqlError::Bad(Error::UnknownTable(name)) => unknown_table(sh, who, &name),
+        e => sql_err(e),
+    })?;
     check(sh, who, s.table, |r| r.read)?;
     let s = s.resolve().map_err(sql_err)?;
     match &s.projection {

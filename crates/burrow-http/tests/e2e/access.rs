@@ -275,6 +275,76 @@ fn a_table_without_the_right_reveals_none_of_its_fields() -> TestResult {
     Ok(())
 }
 
+/// Table names cannot be probed: under access control a name the model does
+/// not hold gets the answer of a table the client may not use, 401 before a
+/// login and 403 after, on every route that names a table; only a client
+/// holding a right on every table learns that a name is unknown.
+#[test]
+fn unknown_tables_answer_as_forbidden_ones() -> TestResult {
+    let (server, hosted) = server_with(|b| b.auth(auth()));
+    hosted.add(&mut Secret {
+        id: 0,
+        note: "launch codes".into(),
+    })?;
+    let addr = server.local_addr();
+    let bob = bob_token(addr);
+    let ann = "Authorization: Bearer tok-ann\r\n";
+    let routes = |table: &str| -> Vec<(&'static str, String, Vec<u8>)> {
+        vec![
+            ("GET", format!("/root/{table}"), vec![]),
+            ("GET", format!("/root/{table}/1"), vec![]),
+            ("GET", format!("/root/{table}/1/Note"), vec![]),
+            (
+                "POST",
+                format!("/root/{table}"),
+                br#"{"Note":"x"}"#.to_vec(),
+            ),
+            (
+                "PUT",
+                format!("/root/{table}/1"),
+                br#"{"Note":"x"}"#.to_vec(),
+            ),
+            ("DELETE", format!("/root/{table}/1"), vec![]),
+            (
+                "GET",
+                "/root".into(),
+                format!("SELECT * FROM {table}").into_bytes(),
+            ),
+            (
+                "PUT",
+                format!("/root/{table}/Batch"),
+                br#"["POST",{"Note":"x"}]"#.to_vec(),
+            ),
+            (
+                "PUT",
+                "/root/Batch".into(),
+                format!(r#"["POST@{table}",{{"Note":"x"}}]"#).into_bytes(),
+            ),
+            (
+                "PUT",
+                "/root/Batch".into(),
+                format!(r#"{{"{table}":["POST",{{"Note":"x"}}]}}"#).into_bytes(),
+            ),
+            ("GET", format!("/root/CacheFlush/{table}"), vec![]),
+        ]
+    };
+    for (known, unknown) in routes("Secret").into_iter().zip(routes("Nope")) {
+        for (who, status) in [("", 401), (bob.as_str(), 403)] {
+            let a = raw(addr, known.0, &known.1, who, &known.2);
+            let b = raw(addr, unknown.0, &unknown.1, who, &unknown.2);
+            assert_error(&a, status);
+            assert_error(&b, status);
+            assert_eq!(a.text(), b.text(), "{} {}", unknown.0, unknown.1);
+        }
+        // ann may do anything anywhere: an unknown name is hers to know.
+        let r = raw(addr, unknown.0, &unknown.1, ann, &unknown.2);
+        assert_error(&r, 400);
+        assert!(r.text().contains("Nope"), "{}", r.text());
+    }
+    assert_eq!(hosted.count::<Secret>("", &[])?, 1);
+    Ok(())
+}
+
 #[test]
 fn flushing_the_server_cache_needs_the_right_to_write_the_table() -> TestResult {
     let ttl = std::time::Duration::from_secs(600);
