@@ -15,6 +15,7 @@ use burrow_core::{
 };
 
 use crate::rest::status_of;
+use crate::Rights;
 use burrow_core::json::Reader;
 
 /// One field's value as read from a body: text that needed no unescaping
@@ -314,32 +315,62 @@ fn read_body<'a>(
     r.end()
 }
 
-/// The tables a client may write to, when not every one: a batch that
-/// names another is refused (403) as soon as the name is read, before any
-/// of its rows, so that the errors its rows would get (an unknown field, a
-/// wrong type) tell a client without the right nothing of the table.
-pub(crate) type Writable<'w> = Option<&'w [&'static Table]>;
+/// The tables a client may write to and its rights on each, when not every
+/// right on every table: a batch that names another table, or a verb the
+/// client may not use on a table it may not read either (an add by a client
+/// that may only delete), is refused (403) as soon as the verb and the name
+/// are read, before the row, so that the errors its row would get (an
+/// unknown field, a wrong type) tell a client without the right nothing of
+/// the table.
+pub(crate) type Writable<'w> = Option<&'w [WriteRights]>;
+
+/// A table a client may write to, and its rights there.
+pub(crate) type WriteRights = (&'static Table, Rights);
+
+fn forbidden() -> Error {
+    Error::Denied {
+        status: 403,
+        reason: "Forbidden".into(),
+    }
+}
 
 /// The error for a table name the model does not hold: a client that may
 /// not write every table gets the 403 of a table it may not write, so that
 /// it cannot tell the names of tables that exist from those that do not.
 fn unknown_table(model: &Model, writable: Writable<'_>, name: &str) -> Error {
     match writable {
-        Some(w) if w.len() < model.tables().len() => Error::Denied {
-            status: 403,
-            reason: "Forbidden".into(),
-        },
+        Some(w) if w.len() < model.tables().len() => forbidden(),
         _ => Error::UnknownTable(name.to_owned()),
     }
 }
 
-fn may_write(writable: Writable<'_>, t: &'static Table) -> Result<&'static Table> {
-    match writable {
-        Some(w) if !w.iter().any(|x| std::ptr::eq(*x, t)) => Err(Error::Denied {
-            status: 403,
-            reason: "Forbidden".into(),
-        }),
-        _ => Ok(t),
+/// `t`, if the client may use `verb` on it.
+fn may_write(writable: Writable<'_>, t: &'static Table, verb: &str) -> Result<&'static Table> {
+    let Some(w) = writable else {
+        return Ok(t);
+    };
+    let may = w
+        .iter()
+        .find(|(x, _)| std::ptr::eq(*x, t))
+        .is_some_and(|(_, r)| {
+            // A client that may read the table learns nothing from its rows'
+            // errors: a verb it may not use there is refused as the write
+            // comes, after the body is read, as every other refused write.
+            r.read
+                || match verb {
+                    "PUT" => r.update,
+                    "DELETE" => r.delete,
+                    // mORMot's field-bit forms: `u…` updates, `i…` and bare hex add.
+                    v if v.starts_with('u') => r.update,
+                    // SIMPLE and POST add; any other verb is refused by the parser
+                    // after this check, for a client that may add.
+                    _ => r.create,
+                }
+        });
+    if may {
+        Ok(t)
+    } else {
+        Err(forbidden())
     }
 }
 
@@ -359,18 +390,18 @@ impl Tables<'_> {
             let t = self
                 .default
                 .ok_or_else(|| bad(format!("{word}: no table (use {word}@Table)")))?;
-            return Ok((word, may_write(self.writable, t)?));
+            return Ok((word, may_write(self.writable, t, word)?));
         };
         if let Some((n, t)) = &self.last {
             if n == name {
-                return Ok((verb, t));
+                return Ok((verb, may_write(self.writable, t, verb)?));
             }
         }
         let t = self
             .model
             .table(name)
             .ok_or_else(|| unknown_table(self.model, self.writable, name))?;
-        let t = may_write(self.writable, t)?;
+        let t = may_write(self.writable, t, verb)?;
         self.last = Some((name.to_owned(), t));
         Ok((verb, t))
     }
@@ -849,7 +880,7 @@ fn detach(part: Part<'_>, text: &str) -> Part<'static> {
 pub(crate) fn parse_and_run<'a, 'e>(
     parser: &crate::server::Worker,
     client: &Arc<Database>,
-    writable: Option<Arc<[&'static Table]>>,
+    writable: Option<Arc<[WriteRights]>>,
     default: Option<&'static Table>,
     body: &'a Arc<Vec<u8>>,
     route: &Route<'e>,
@@ -866,7 +897,7 @@ pub(crate) fn parse_and_run<'a, 'e>(
 pub(crate) fn parse_and_run_in_parts<'a, 'e>(
     parser: &crate::server::Worker,
     client: &Arc<Database>,
-    writable: Option<Arc<[&'static Table]>>,
+    writable: Option<Arc<[WriteRights]>>,
     default: Option<&'static Table>,
     body: &'a Arc<Vec<u8>>,
     route: &Route<'e>,
@@ -952,7 +983,7 @@ enum Driven {
 fn drive(
     parser: &crate::server::Worker,
     client: &Arc<Database>,
-    writable: Option<Arc<[&'static Table]>>,
+    writable: Option<Arc<[WriteRights]>>,
     default: Option<&'static Table>,
     body: &Arc<Vec<u8>>,
     rows: (usize, usize),
@@ -1039,7 +1070,7 @@ pub(crate) fn parse_and_run_in_tx<E>(
     parser: &crate::server::Worker,
     client: &Arc<Database>,
     tx: &Transaction<'static>,
-    writable: Option<Arc<[&'static Table]>>,
+    writable: Option<Arc<[WriteRights]>>,
     default: Option<&'static Table>,
     body: &Arc<Vec<u8>>,
     admit: &dyn Fn(&Op) -> std::result::Result<(), E>,

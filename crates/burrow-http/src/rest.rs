@@ -914,7 +914,7 @@ fn run_batch(
             sh.cache.flush_id(t, id);
         }
     };
-    let writable: Option<Arc<[&'static Table]>> = match &sh.auth {
+    let writable: Option<Arc<[batch::WriteRights]>> = match &sh.auth {
         None => None,
         Some(_) if who == Principal::Anyone => {
             return Err(Response::error(401, "authentication required"))
@@ -924,8 +924,8 @@ fn run_batch(
                 .model()
                 .tables()
                 .iter()
-                .copied()
-                .filter(|t| writes(&auth.rights(who, t.name)))
+                .map(|t| (*t, auth.rights(who, t.name)))
+                .filter(|(_, r)| writes(r))
                 .collect(),
         ),
     };

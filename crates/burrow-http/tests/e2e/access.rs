@@ -345,6 +345,61 @@ fn unknown_tables_answer_as_forbidden_ones() -> TestResult {
     Ok(())
 }
 
+/// A client that may only delete rows of a table it may not read learns
+/// nothing of the table's fields from a batch: an add or an update there is
+/// refused with 403 as soon as its verb is read, before the row's fields
+/// would be checked (an unknown one would otherwise be a 400 naming it).
+#[test]
+fn a_delete_only_client_learns_no_field_from_a_batch() -> TestResult {
+    use burrow_http::{Auth, Group, Rights};
+    let auth = Auth::new()
+        .group(Group::new("cleaner").table::<Secret>(Rights {
+            delete: true,
+            ..Rights::NONE
+        }))
+        .user("dee", "dee-secret", "cleaner")
+        .and_then(|a| a.token("tok-dee", "dee"))?;
+    let (server, hosted) = server_with(|b| b.auth(auth));
+    let id = hosted.add(&mut Secret {
+        id: 0,
+        note: "launch codes".into(),
+    })?;
+    let addr = server.local_addr();
+    let dee = "Authorization: Bearer tok-dee\r\n";
+    for body in [
+        r#"["POST@Secret",{"Nope":1}]"#,
+        r#"["POST@Secret",{"Note":1}]"#,
+        r#"["PUT@Secret",{"ID":1,"Nope":1}]"#,
+        r#"["SIMPLE@Secret",[1,2,3]]"#,
+        r#"["u01@Secret",[1,"x"]]"#,
+        r#"["i07@Secret",["x"]]"#,
+        r#"{"Secret":["POST",{"Nope":1}]}"#,
+    ] {
+        for path in ["/root/Batch", "/root/Secret/Batch"] {
+            let body = if path == "/root/Batch" {
+                body.to_owned()
+            } else {
+                body.replace("@Secret", "")
+            };
+            let r = raw(addr, "PUT", path, dee, body.as_bytes());
+            assert_error(&r, 403);
+            assert!(!r.text().contains("Nope"), "{body}: {}", r.text());
+            assert!(!r.text().contains("field"), "{body}: {}", r.text());
+        }
+    }
+    // What dee may do, dee does.
+    let r = raw(
+        addr,
+        "PUT",
+        "/root/Batch",
+        dee,
+        format!(r#"["DELETE@Secret",{id}]"#).as_bytes(),
+    );
+    assert_eq!(r.status, 200, "{}", r.text());
+    assert_eq!(hosted.count::<Secret>("", &[])?, 0);
+    Ok(())
+}
+
 #[test]
 fn flushing_the_server_cache_needs_the_right_to_write_the_table() -> TestResult {
     let ttl = std::time::Duration::from_secs(600);
