@@ -236,18 +236,26 @@ fn mormot_signed_sessions() -> TestResult {
     Ok(())
 }
 
-/// The answers about a table a client may not use say no more than 403:
-/// an unknown field there would otherwise be a 400 naming it, and a known
-/// one would not.
-#[test]
-fn a_table_without_the_right_reveals_none_of_its_fields() -> TestResult {
+/// A server with access control holding one `Secret` row, and bob's bearer
+/// header (bob may read `Sample` only).
+fn with_a_secret(
+) -> Result<(Server, std::sync::Arc<burrow_core::Database>, String), Box<dyn std::error::Error>> {
     let (server, hosted) = server_with(|b| b.auth(auth()));
     hosted.add(&mut Secret {
         id: 0,
         note: "launch codes".into(),
     })?;
+    let bob = bob_token(server.local_addr());
+    Ok((server, hosted, bob))
+}
+
+/// The answers about a table a client may not use say no more than 403:
+/// an unknown field there would otherwise be a 400 naming it, and a known
+/// one would not.
+#[test]
+fn a_table_without_the_right_reveals_none_of_its_fields() -> TestResult {
+    let (server, hosted, bob) = with_a_secret()?;
     let addr = server.local_addr();
-    let bob = bob_token(addr);
     for (m, path, body) in [
         ("GET", "/root", &b"SELECT Nope FROM Secret"[..]),
         ("GET", "/root", b"SELECT Note FROM Secret"),
@@ -281,13 +289,8 @@ fn a_table_without_the_right_reveals_none_of_its_fields() -> TestResult {
 /// holding a right on every table learns that a name is unknown.
 #[test]
 fn unknown_tables_answer_as_forbidden_ones() -> TestResult {
-    let (server, hosted) = server_with(|b| b.auth(auth()));
-    hosted.add(&mut Secret {
-        id: 0,
-        note: "launch codes".into(),
-    })?;
+    let (server, hosted, bob) = with_a_secret()?;
     let addr = server.local_addr();
-    let bob = bob_token(addr);
     let ann = "Authorization: Bearer tok-ann\r\n";
     let routes = |table: &str| -> Vec<(&'static str, String, Vec<u8>)> {
         vec![
