@@ -502,6 +502,11 @@ fn push_row(
     Ok(())
 }
 
+/// What a statement fails with when the engine's read of `table` panicked.
+fn panicked(table: &Table) -> String {
+    format!("the engine's read of table {} panicked", table.name)
+}
+
 /// A scan worker's read of `table`: every selected row, in chunks on `out`,
 /// then [`Chunk::End`], or [`Chunk::Failed`] where the read failed. Stops at
 /// the first chunk nobody receives.
@@ -531,10 +536,7 @@ fn stream(engine: &dyn Storage, table: &'static Table, select: &Select, out: &Se
             Chunk::End
         }
         Ok(Err(e)) => Chunk::Failed(e.to_string()),
-        Err(_) => Chunk::Failed(format!(
-            "the engine's read of table {} panicked",
-            table.name
-        )),
+        Err(_) => Chunk::Failed(panicked(table)),
     };
     // Nobody to tell when the cursor is gone.
     let _ = out.send(last);
@@ -839,12 +841,15 @@ unsafe impl VTabCursor for VirtualCursor<'_> {
             }
         }
         let (cells, bytes) = (&mut self.cells, &mut self.bytes);
-        self.vtab
-            .engine
-            .select(table, &select, &mut |row| {
+        // A panic must not unwind into SQLite's C frames (the process would
+        // abort): it fails the statement, as on a scan worker.
+        catch_unwind(AssertUnwindSafe(|| {
+            self.vtab.engine.select(table, &select, &mut |row| {
                 push_row(table, row, cells, bytes)
             })
-            .map_err(|e| rusqlite::Error::ModuleError(e.to_string()))?;
+        }))
+        .map_err(|_| rusqlite::Error::ModuleError(panicked(table)))?
+        .map_err(|e| rusqlite::Error::ModuleError(e.to_string()))?;
         if whole && select.limit.is_none() {
             self.vtab
                 .last_scan

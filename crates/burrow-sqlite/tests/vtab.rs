@@ -426,8 +426,10 @@ fn a_streamed_read_stopped_early_lets_the_engine_go() -> Res {
 fn a_streamed_read_that_fails_part_way_fails_the_statement() -> Res {
     let (_client, main, probe) = open_large()?;
     let all = "SELECT ID, Owner, Kind, Price FROM Pet";
-    pets(&main, all)?;
-    for panic in [false, true, false] {
+    // The first read fails in the caller's thread, the others on a scan
+    // worker when one is free: either way a failure or a panic fails the
+    // statement (a panic must not unwind into SQLite).
+    for panic in [true, false, true, false] {
         probe.panic.store(panic, SeqCst);
         probe.fail_after.store(3_000, SeqCst);
         let err = pets(&main, all).expect_err("a read failing part-way fails");
