@@ -386,6 +386,17 @@ fn a_large_table_read_whole_streams_from_a_worker_with_every_row() -> Res {
         })
     })?;
     assert_eq!(n, MANY + 1);
+    // `max()` and `min()` keep a text of an early chunk while later chunks
+    // replace it in the cursor: SQLite must hold its own copy.
+    let kinds: (String, String, i64) = main.with_connection(|c| {
+        c.query_row(
+            "SELECT max(Kind), min(Kind), sum(length(Kind)) FROM Pet",
+            [],
+            |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)),
+        )
+    })?;
+    let length: usize = expected.iter().map(|p| p.2.len()).sum();
+    assert_eq!(kinds, ("newt".into(), "cat".into(), length as i64));
     // A lookup and a short limited read stay in the caller's thread.
     assert_eq!(
         pets(&main, &format!("{all} WHERE ID = 42"))?,
