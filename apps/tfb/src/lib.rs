@@ -160,12 +160,24 @@ impl burrow_http::web::Handler for App {
             }
             return Response::error(404, "Not Found");
         }
-        let n = |name: &str| count(head, name);
         match path {
             "/plaintext" => Response::with(PLAIN, b"Hello, World!".to_vec()),
             "/json" => json(&page::Message {
                 message: "Hello, World!",
             }),
+            // The database routes' future is large (a PostgreSQL query's
+            // included): boxed, so that the requests above do not build and
+            // move it.
+            _ => Box::pin(self.database(conn, head)).await,
+        }
+    }
+}
+
+impl App {
+    /// The ORM, raw and async families.
+    async fn database(&self, conn: &mut ConnState, head: &RequestHead<'static>) -> Response {
+        let n = |name: &str| count(head, name);
+        match head.path() {
             "/db" => answer(self.orm.one().await),
             "/queries" => answer(self.orm.many(n("queries")).await),
             "/cached-queries" | "/cached_queries" => answer(self.orm.cached(n("count")).await),
@@ -174,9 +186,7 @@ impl burrow_http::web::Handler for App {
             _ => self.raw_family(conn, head).await,
         }
     }
-}
 
-impl App {
     /// A handler over `orm`; the raw families answer once [`App::set_raw`]
     /// gave them connections.
     pub fn new(orm: Arc<OrmSide>) -> App {

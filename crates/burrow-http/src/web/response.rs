@@ -156,6 +156,8 @@ impl Headers<'_> {
         if !one_line(name.as_bytes()) || !one_line(value) {
             return;
         }
+        // One reservation for the four pieces.
+        self.0.reserve(name.len() + value.len() + 4);
         self.0.extend_from_slice(name.as_bytes());
         self.0.extend_from_slice(b": ");
         self.0.extend_from_slice(value);
@@ -169,7 +171,9 @@ impl Headers<'_> {
 }
 
 fn one_line(s: &[u8]) -> bool {
-    !s.iter().any(|&b| b == b'\r' || b == b'\n')
+    // Without an early exit the scan is vectorized.
+    !s.iter()
+        .fold(false, |e, &b| e | (b == b'\r') | (b == b'\n'))
 }
 
 /// The reason phrase of a status.

@@ -77,7 +77,11 @@ pub(crate) fn header_text(value: &[u8]) -> Option<&str> {
 /// and invalid UTF-8 are kept as they are, lossily. Borrows when there is
 /// nothing to decode.
 pub(crate) fn percent_decode(s: &str, plus: bool) -> Cow<'_, str> {
-    if !s.bytes().any(|b| b == b'%' || (plus && b == b'+')) {
+    // Without an early exit the scan is vectorized.
+    let escaped = s
+        .bytes()
+        .fold(false, |e, b| e | (b == b'%') | (plus & (b == b'+')));
+    if !escaped {
         return Cow::Borrowed(s);
     }
     let b = s.as_bytes();
