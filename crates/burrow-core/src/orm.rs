@@ -38,7 +38,7 @@ pub trait Orm {
 
     /// The `T`s a read-only SQL statement returns (its columns matched to `T`'s
     /// ID and fields by name), with `params` bound to its `?` in order. The SQL
-    /// runs on [`Orm::sql_engine`], so it may join tables of every engine.
+    /// runs on [`Orm::sql_host`], so it may join tables of every engine.
     ///
     /// A statement reading `T`'s table whole (`SELECT * FROM T [ORDER BY …]
     /// [LIMIT …]`) whose table another engine holds is answered by that

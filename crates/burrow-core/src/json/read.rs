@@ -593,7 +593,7 @@ impl<'a> Reader<'a> {
     }
 
     /// An ID: a positive integer, or a string of one (`None` for anything
-    /// else, as [`json::parse_id`] reads it).
+    /// else, as [`parse_id`] reads it).
     pub fn id(&mut self) -> Result<Option<i64>> {
         let id = match self.peek() {
             Some(b'"') => self.string()?.parse::<i64>().ok(),

@@ -56,7 +56,7 @@
 //!   arrive within the request timeout once its first byte came (408); an
 //!   idle keep-alive connection closes after the idle timeout; a write that
 //!   makes no progress for the write timeout closes the connection.
-//! - **TLS** (feature `tls`, [`HttpServerBuilder::tls`]): every connection,
+//! - **TLS** (feature `tls`: `tls` on [`HttpServerBuilder`]): every connection,
 //!   handshake within the request timeout; past a connection cap a
 //!   connection is closed without a 503, which would need a handshake.
 //! - **Shutdown** ([`HttpServer::shutdown`], or drop): stop accepting, let
