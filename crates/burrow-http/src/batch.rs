@@ -344,31 +344,38 @@ fn unknown_table(model: &Model, writable: Writable<'_>, name: &str) -> Error {
     }
 }
 
-/// `t`, if the client may use `verb` on it.
-fn may_write(writable: Writable<'_>, t: &'static Table, verb: &str) -> Result<&'static Table> {
+/// The client's rights on `t`: `None` when it may do everything, an error
+/// when `t` is not among the tables it may write. Looked up once per table a
+/// batch names, not per item.
+fn rights_on(writable: Writable<'_>, t: &'static Table) -> Result<Option<Rights>> {
     let Some(w) = writable else {
-        return Ok(t);
+        return Ok(None);
     };
-    let may = w
-        .iter()
+    w.iter()
         .find(|(x, _)| std::ptr::eq(*x, t))
-        .is_some_and(|(_, r)| {
-            // A client that may read the table learns nothing from its rows'
-            // errors: a verb it may not use there is refused as the write
-            // comes, after the body is read, as every other refused write.
-            r.read
-                || match verb {
-                    "PUT" => r.update,
-                    "DELETE" => r.delete,
-                    // mORMot's field-bit forms: `u…` updates, `i…` and bare hex add.
-                    v if v.starts_with('u') => r.update,
-                    // SIMPLE and POST add; any other verb is refused by the parser
-                    // after this check, for a client that may add.
-                    _ => r.create,
-                }
-        });
+        .map(|&(_, r)| Some(r))
+        .ok_or_else(forbidden)
+}
+
+/// Whether rights `r` (see [`rights_on`]) let the client use `verb`.
+fn allows(r: Option<Rights>, verb: &str) -> Result<()> {
+    let may = r.is_none_or(|r| {
+        // A client that may read the table learns nothing from its rows'
+        // errors: a verb it may not use there is refused as the write
+        // comes, after the body is read, as every other refused write.
+        r.read
+            || match verb {
+                "PUT" => r.update,
+                "DELETE" => r.delete,
+                // mORMot's field-bit forms: `u…` updates, `i…` and bare hex add.
+                v if v.starts_with('u') => r.update,
+                // SIMPLE and POST add; any other verb is refused by the parser
+                // after this check, for a client that may add.
+                _ => r.create,
+            }
+    });
     if may {
-        Ok(t)
+        Ok(())
     } else {
         Err(forbidden())
     }
@@ -379,9 +386,11 @@ struct Tables<'m> {
     model: &'m Model,
     writable: Writable<'m>,
     default: Option<&'static Table>,
-    /// The last `@Table` met and its table: batches name the same one again
-    /// and again.
-    last: Option<(String, &'static Table)>,
+    /// The client's rights on the batch's own table, once looked up.
+    default_rights: Option<Option<Rights>>,
+    /// The last `@Table` met, its table and the client's rights there:
+    /// batches name the same one again and again.
+    last: Option<(String, &'static Table, Option<Rights>)>,
 }
 
 impl Tables<'_> {
@@ -390,19 +399,26 @@ impl Tables<'_> {
             let t = self
                 .default
                 .ok_or_else(|| bad(format!("{word}: no table (use {word}@Table)")))?;
-            return Ok((word, may_write(self.writable, t, word)?));
+            let r = match self.default_rights {
+                Some(r) => r,
+                None => *self.default_rights.insert(rights_on(self.writable, t)?),
+            };
+            allows(r, word)?;
+            return Ok((word, t));
         };
-        if let Some((n, t)) = &self.last {
+        if let Some((n, t, r)) = &self.last {
             if n == name {
-                return Ok((verb, may_write(self.writable, t, verb)?));
+                allows(*r, verb)?;
+                return Ok((verb, t));
             }
         }
         let t = self
             .model
             .table(name)
             .ok_or_else(|| unknown_table(self.model, self.writable, name))?;
-        let t = may_write(self.writable, t, verb)?;
-        self.last = Some((name.to_owned(), t));
+        let r = rights_on(self.writable, t)?;
+        allows(r, verb)?;
+        self.last = Some((name.to_owned(), t, r));
         Ok((verb, t))
     }
 }
@@ -418,6 +434,7 @@ fn items<'a>(
         model,
         writable,
         default,
+        default_rights: None,
         last: None,
     };
     let now = Utc::now();
