@@ -361,34 +361,95 @@ pub fn is_valid_written_date(s: &str) -> bool {
 /// fixed-layout parser behind [`parse_datetime`] accepts of that shape,
 /// without a date-time made.
 pub fn is_valid_written_datetime(s: &str) -> bool {
-    let b = s.as_bytes();
-    if b.len() < 19 || b[10] != b'T' || b[13] != b':' || b[16] != b':' || !real_day(b) {
-        return false;
-    }
-    let (Some(hour), Some(min), Some(sec)) = (two(b, 11), two(b, 14), two(b, 17)) else {
+    let all = s.as_bytes();
+    let Some(b) = all.first_chunk::<19>() else {
         return false;
     };
-    hour < 24 && min < 60 && sec < 60 && written_fraction(&b[19..])
+    // `DDThh:mm`, its day checked by `real_day`.
+    let mid = le8(&b[8..16]);
+    if !real_day(b) || !shape(mid, 0xFFFF_00FF_FF00_FFFF, 0x0000_3A00_0054_0000) || b[16] != b':' {
+        return false;
+    }
+    let Some(sec) = two(b, 17) else {
+        return false;
+    };
+    let d = |i: usize| u32::from(b[i] - b'0');
+    let (hour, min) = (d(11) * 10 + d(12), d(14) * 10 + d(15));
+    hour < 24 && min < 60 && sec < 60 && fraction_after(all)
+}
+
+/// [`written_fraction`] of what follows the seconds of `b` (19 bytes at
+/// least), its digits checked eight at a time from the end of `b`.
+#[inline(always)]
+fn fraction_after(b: &[u8]) -> bool {
+    let n = b.len() - 19;
+    if n == 0 {
+        return true;
+    }
+    if !(2..=10).contains(&n) || b[19] != b'.' || b[b.len() - 1] == b'0' {
+        return false;
+    }
+    let digits = n - 1;
+    // The last eight bytes, of which the last `digits` (the high ones, read
+    // little-endian) must be digits; a ninth is the byte before them.
+    let tail = le8(&b[b.len() - 8..]);
+    let mask = if digits >= 8 {
+        u64::MAX
+    } else {
+        u64::MAX << (8 * (8 - digits))
+    };
+    shape(tail, mask, tail & !mask) && (digits < 9 || b[20].is_ascii_digit())
+}
+
+/// The 8 bytes from `b[0]`, little-endian.
+#[inline(always)]
+fn le8(b: &[u8]) -> u64 {
+    let mut a = [0u8; 8];
+    a.copy_from_slice(&b[..8]);
+    u64::from_le_bytes(a)
+}
+
+/// Whether the bytes of `x` under `digits` (`0xFF` each) are ASCII digits and
+/// the others are those of `other`: eight bytes checked at once, where a
+/// byte at a time cost a date-time list's server a tenth of its work.
+#[inline(always)]
+fn shape(x: u64, digits: u64, other: u64) -> bool {
+    const HIGH: u64 = 0xF0F0_F0F0_F0F0_F0F0;
+    const ZEROS: u64 = 0x3030_3030_3030_3030;
+    const SIXES: u64 = 0x0606_0606_0606_0606;
+    // A digit (0x30..=0x39) has the high nibble 3 before and after adding 6;
+    // a byte that passes the first test cannot carry into the next.
+    ((x & HIGH & digits) == (ZEROS & digits))
+        & ((x.wrapping_add(SIXES & digits) & HIGH & digits) == (ZEROS & digits))
+        & ((x & !digits) == other)
 }
 
 /// Whether `b`, at least 10 bytes, starts with `YYYY-MM-DD` naming a day of
 /// the proleptic Gregorian calendar.
-#[inline]
+#[inline(always)]
 fn real_day(b: &[u8]) -> bool {
-    if b[4] != b'-' || b[7] != b'-' {
-        return false;
-    }
-    let (Some(hi), Some(lo), Some(month), Some(day)) = (two(b, 0), two(b, 2), two(b, 5), two(b, 8))
-    else {
+    let Some(b) = b.first_chunk::<10>() else {
         return false;
     };
-    let year = hi * 100 + lo;
-    let leap = year % 4 == 0 && (year % 100 != 0 || year % 400 == 0);
-    let last = match month {
+    // `YYYY-MM-`, then the day's two digits.
+    if !shape(le8(b), 0x00FF_FF00_FFFF_FFFF, 0x2D00_002D_0000_0000) {
+        return false;
+    }
+    let Some(day) = two(b, 8) else {
+        return false;
+    };
+    let d = |i: usize| u32::from(b[i] - b'0');
+    let last = match d(5) * 10 + d(6) {
         1 | 3 | 5 | 7 | 8 | 10 | 12 => 31,
         4 | 6 | 9 | 11 => 30,
-        2 if leap => 29,
-        2 => 28,
+        2 => {
+            let year = d(0) * 1000 + d(1) * 100 + d(2) * 10 + d(3);
+            if year % 4 == 0 && (year % 100 != 0 || year % 400 == 0) {
+                29
+            } else {
+                28
+            }
+        }
         _ => return false,
     };
     (1..=last).contains(&day)
@@ -438,6 +499,40 @@ mod test {
                 is_valid_written_datetime(&time),
                 parse_written_datetime(time.as_bytes()).is_some(),
                 "{}", time
+            );
+        }
+
+        /// A valid date and date-time with one character replaced: the
+        /// checks a list writer makes answer as the shape checks and the
+        /// parsers do together.
+        #[test]
+        fn one_wrong_character_is_seen(
+            at in 0usize..31,
+            digits in 0usize..=10,
+            c in proptest::prop_oneof![
+                proptest::char::any(),
+                proptest::sample::select(vec!['/', ':', '0', '9', '-', 'T', '.', '\u{fa}']),
+            ],
+        ) {
+            let swap = |base: &str| -> String {
+                base.chars().enumerate().map(|(i, ch)| if i == at { c } else { ch }).collect()
+            };
+            let mut base = String::from("2024-02-29T23:59:59");
+            if digits > 0 {
+                base.push('.');
+                base.push_str(&"1234567891"[..digits]);
+            }
+            let time = swap(&base);
+            proptest::prop_assert_eq!(
+                is_valid_written_datetime(&time),
+                is_written_datetime(&time) && parse_written_datetime(time.as_bytes()).is_some(),
+                "{}", time
+            );
+            let date = swap("2024-02-29");
+            proptest::prop_assert_eq!(
+                is_valid_written_date(&date),
+                is_written_date(&date) && parse_date(&date).is_some(),
+                "{}", date
             );
         }
 

@@ -11,6 +11,7 @@ use std::collections::HashMap;
 
 use rusqlite::{Connection, Statement};
 
+use crate::raw::RawStmt;
 use crate::statements::TableSql;
 
 /// The kept statements of one table.
@@ -26,7 +27,7 @@ use crate::statements::TableSql;
 pub struct Hot {
     pub insert: Statement<'static>,
     pub insert_new: Statement<'static>,
-    pub select_by_id: Statement<'static>,
+    pub select_by_id: RawStmt,
     pub update_all: Statement<'static>,
     pub delete: Statement<'static>,
     pub bulk_insert: Statement<'static>,
@@ -80,7 +81,7 @@ impl Hot {
         Ok(Hot {
             insert: keep(conn, &sql.insert)?,
             insert_new: keep(conn, &sql.insert_new)?,
-            select_by_id: keep(conn, &sql.select_by_id)?,
+            select_by_id: RawStmt::prepare(conn, &sql.select_by_id)?,
             update_all: keep(conn, &sql.update_all)?,
             delete: keep(conn, &sql.delete)?,
             bulk_insert: keep(conn, &sql.bulk_insert)?,

@@ -71,6 +71,7 @@ mod backup;
 mod crypt;
 mod hot;
 mod options;
+mod raw;
 mod readers;
 mod scan;
 pub mod schema;
@@ -99,6 +100,7 @@ pub use options::{LockingMode, SqliteOptions, Synchronous};
 pub use rusqlite;
 
 use hot::Hot;
+use raw::{Kept, RawStmt};
 use statements::TableSql;
 
 const ENGINE: &str = "sqlite";
@@ -123,6 +125,9 @@ struct Inner {
     /// Kept statements, one per table of `tables`; declared before `conn` so that
     /// they are finalized first (the contract of [`Hot`]).
     hot: Vec<Hot>,
+    /// The table reads' statements, by SQL text; before `conn` for the same
+    /// reason.
+    kept: Kept,
     tables: Vec<TableSql>,
     /// Boxed so that the kept statements' pointer to it stays valid.
     conn: Box<Connection>,
@@ -267,6 +272,7 @@ impl SqliteEngine {
             exposed,
             inner: Mutex::new(Inner {
                 hot: Vec::new(),
+                kept: Kept::default(),
                 tables: Vec::new(),
                 conn: Box::new(conn),
                 owner: None,
@@ -501,8 +507,27 @@ pub fn stored<'a>(
 /// Binds one value at a 1-based position; dates are written into a stack buffer
 /// that SQLite copies, so nothing is allocated. A date-time is written once
 /// for the rows that share it (a record's automatic times, a batch's stamp).
+/// A statement values are bound to: rusqlite's, or one of [`raw`]'s.
+trait BindSql {
+    fn bind_sql(&mut self, at: usize, v: SqlValue<'_>) -> rusqlite::Result<()>;
+}
+
+impl BindSql for Statement<'_> {
+    #[inline]
+    fn bind_sql(&mut self, at: usize, v: SqlValue<'_>) -> rusqlite::Result<()> {
+        self.raw_bind_parameter(at, ToSqlOutput::Borrowed(v))
+    }
+}
+
+impl BindSql for RawStmt {
+    #[inline]
+    fn bind_sql(&mut self, at: usize, v: SqlValue<'_>) -> rusqlite::Result<()> {
+        RawStmt::bind_sql(self, at, v)
+    }
+}
+
 fn bind(
-    stmt: &mut Statement<'_>,
+    stmt: &mut impl BindSql,
     at: usize,
     v: &ValueRef<'_>,
     times: &mut TimeText,
@@ -512,7 +537,7 @@ fn bind(
         ValueRef::DateTime(t) => SqlValue::Text(times.text(*t)),
         v => stored(v, &mut buf)?,
     };
-    stmt.raw_bind_parameter(at, ToSqlOutput::Borrowed(out))
+    stmt.bind_sql(at, out)
 }
 
 fn bind_fields(
@@ -531,7 +556,7 @@ fn bind_fields(
 }
 
 fn bind_params(
-    stmt: &mut Statement<'_>,
+    stmt: &mut impl BindSql,
     params: &[Value],
     times: &mut TimeText,
 ) -> rusqlite::Result<usize> {
@@ -573,11 +598,11 @@ fn typed(kind: FieldKind, v: ValueRef<'_>) -> Value {
 }
 
 /// A row of a statement that selected `ID` and then every field.
-struct SqlRow<'a, 'b>(&'a rusqlite::Row<'b>);
+struct SqlRow<'a>(&'a RawStmt);
 
-impl Row for SqlRow<'_, '_> {
+impl Row for SqlRow<'_> {
     fn id(&self) -> Result<i64> {
-        match self.0.get_ref(0).map_err(eng)? {
+        match self.0.cell(0).map_err(eng)? {
             SqlValue::Integer(i) => Ok(i),
             other => Err(Error::engine(
                 ENGINE,
@@ -587,7 +612,7 @@ impl Row for SqlRow<'_, '_> {
     }
 
     fn get(&self, idx: usize) -> Result<ValueRef<'_>> {
-        from_sql(self.0.get_ref(idx + 1).map_err(eng)?)
+        from_sql(self.0.cell(idx + 1).map_err(eng)?)
     }
 
     #[inline]
@@ -608,8 +633,8 @@ impl Row for SqlRow<'_, '_> {
 
 /// Column `col` as text, if SQLite holds text there (UTF-8 checked).
 #[inline]
-fn text_at<'r>(row: &'r rusqlite::Row<'_>, col: usize) -> Result<Option<&'r str>> {
-    match row.get_ref(col).map_err(eng)? {
+fn text_at(row: &impl Cells, col: usize) -> Result<Option<&str>> {
+    match row.cell(col).map_err(eng)? {
         SqlValue::Text(t) => loaded_text(t, ENGINE).map(Some),
         _ => Ok(None),
     }
@@ -617,23 +642,42 @@ fn text_at<'r>(row: &'r rusqlite::Row<'_>, col: usize) -> Result<Option<&'r str>
 
 /// Column `col` as an integer, if SQLite holds one there.
 #[inline]
-fn int_at(row: &rusqlite::Row<'_>, col: usize) -> Result<Option<i64>> {
-    match row.get_ref(col).map_err(eng)? {
+fn int_at(row: &impl Cells, col: usize) -> Result<Option<i64>> {
+    match row.cell(col).map_err(eng)? {
         SqlValue::Integer(i) => Ok(Some(i)),
         _ => Ok(None),
     }
 }
 
+/// The cells of a row being read, by 0-based column.
+trait Cells {
+    fn cell(&self, col: usize) -> rusqlite::Result<SqlValue<'_>>;
+}
+
+impl Cells for rusqlite::Row<'_> {
+    #[inline]
+    fn cell(&self, col: usize) -> rusqlite::Result<SqlValue<'_>> {
+        self.get_ref(col)
+    }
+}
+
+impl Cells for RawStmt {
+    #[inline]
+    fn cell(&self, col: usize) -> rusqlite::Result<SqlValue<'_>> {
+        RawStmt::cell(self, col)
+    }
+}
+
 /// A row of an arbitrary SELECT, its columns matched to a table's by name.
-struct NamedRow<'a, 'b> {
-    row: &'a rusqlite::Row<'b>,
+struct NamedRow<'a> {
+    row: &'a RawStmt,
     id_col: usize,
     map: &'a [usize],
 }
 
-impl Row for NamedRow<'_, '_> {
+impl Row for NamedRow<'_> {
     fn id(&self) -> Result<i64> {
-        match self.row.get_ref(self.id_col).map_err(eng)? {
+        match self.row.cell(self.id_col).map_err(eng)? {
             SqlValue::Integer(i) => Ok(i),
             other => Err(Error::engine(
                 ENGINE,
@@ -647,7 +691,7 @@ impl Row for NamedRow<'_, '_> {
             .map
             .get(idx)
             .ok_or_else(|| Error::BadInput(format!("no field #{idx}")))?;
-        from_sql(self.row.get_ref(col).map_err(eng)?)
+        from_sql(self.row.cell(col).map_err(eng)?)
     }
 
     #[inline]
@@ -827,35 +871,30 @@ impl Inner {
         sql: &str,
         params: &[Value],
         page: Option<(Option<u64>, u64)>,
-        out: &mut dyn FnMut(&rusqlite::Row<'_>) -> Result<()>,
+        out: &mut dyn FnMut(&RawStmt) -> Result<()>,
     ) -> Result<()> {
-        query(&self.conn, &mut self.last_time, sql, params, page, out)
+        let stmt = self.kept.get(&self.conn, sql).map_err(eng)?;
+        query(stmt, &mut self.last_time, params, page, out)
     }
 }
 
 /// Runs a read of the engine's own SQL on `conn`, `page` giving the values of
 /// its trailing `LIMIT ? OFFSET ?`.
 fn query(
-    conn: &Connection,
+    stmt: &mut RawStmt,
     times: &mut TimeText,
-    sql: &str,
     params: &[Value],
     page: Option<(Option<u64>, u64)>,
-    out: &mut dyn FnMut(&rusqlite::Row<'_>) -> Result<()>,
+    out: &mut dyn FnMut(&RawStmt) -> Result<()>,
 ) -> Result<()> {
-    let mut stmt = conn.prepare_cached(sql).map_err(eng)?;
-    let at = bind_params(&mut stmt, params, times).map_err(eng)?;
+    let at = bind_params(stmt, params, times).map_err(eng)?;
     if let Some((limit, offset)) = page {
         let limit = limit.map_or(-1, |l| i64::try_from(l).unwrap_or(i64::MAX));
         let offset = i64::try_from(offset).unwrap_or(i64::MAX);
-        bind(&mut stmt, at, &ValueRef::Int(limit), times).map_err(eng)?;
-        bind(&mut stmt, at + 1, &ValueRef::Int(offset), times).map_err(eng)?;
+        bind(stmt, at, &ValueRef::Int(limit), times).map_err(eng)?;
+        bind(stmt, at + 1, &ValueRef::Int(offset), times).map_err(eng)?;
     }
-    let mut rows = stmt.raw_query();
-    while let Some(row) = rows.next().map_err(eng)? {
-        out(row)?;
-    }
-    Ok(())
+    stmt.each(out)
 }
 
 fn bind_rows(
@@ -948,20 +987,13 @@ impl At<'_> {
 
 /// Reads the row of `id` with a table's by-ID statement.
 fn read_by_id(
-    stmt: &mut Statement<'_>,
+    stmt: &mut RawStmt,
     id: i64,
     times: &mut TimeText,
     out: &mut dyn FnMut(&dyn Row) -> Result<()>,
 ) -> Result<bool> {
     bind(stmt, 1, &ValueRef::Int(id), times).map_err(eng)?;
-    let mut rows = stmt.raw_query();
-    match rows.next().map_err(eng)? {
-        Some(row) => {
-            out(&SqlRow(row))?;
-            Ok(true)
-        }
-        None => Ok(false),
-    }
+    stmt.first(|row| out(&SqlRow(row)))
 }
 
 impl RowOps for At<'_> {
@@ -992,7 +1024,7 @@ impl RowOps for At<'_> {
             conn, last_time, ..
         } = &mut *g;
         let mut stmt = conn.prepare_cached(&s).map_err(eng)?;
-        bind_params(&mut stmt, &filter.params, last_time).map_err(eng)?;
+        bind_params(&mut *stmt, &filter.params, last_time).map_err(eng)?;
         Ok(stmt.raw_execute().map_err(|e| write_err(table, e))? as u64)
     }
 
@@ -1021,22 +1053,15 @@ impl RowOps for At<'_> {
         select: &Select,
         out: &mut dyn FnMut(&dyn Row) -> Result<()>,
     ) -> Result<()> {
-        let mut each = |row: &rusqlite::Row<'_>| out(&SqlRow(row));
+        let mut each = |row: &RawStmt| out(&SqlRow(row));
         let page = |paged: bool| paged.then_some((select.limit, select.offset));
         let mut g = match self.read_conn()? {
             ReadConn::Reader(mut g) => {
                 let t = g.table(table)?;
                 let r = g.reader();
                 let (sql, paged) = r.sql(t).select_sql(None, select);
-                let (conn, times) = r.parts();
-                return query(
-                    conn,
-                    times,
-                    &sql,
-                    &select.filter.params,
-                    page(paged),
-                    &mut each,
-                );
+                let (stmt, times) = r.kept(&sql)?;
+                return query(stmt, times, &select.filter.params, page(paged), &mut each);
             }
             ReadConn::Writer(g) => g,
         };
@@ -1050,16 +1075,23 @@ impl RowOps for At<'_> {
         statements::quote(&mut s, table.name);
         statements::write_where(table, filter, &mut s);
         let mut n = 0;
-        let mut each = |row: &rusqlite::Row<'_>| {
-            n = row.get::<_, i64>(0).map_err(eng)? as u64;
+        let mut each = |row: &RawStmt| {
+            n = match row.cell(0).map_err(eng)? {
+                SqlValue::Integer(i) => u64::try_from(i).unwrap_or(0),
+                other => {
+                    return Err(Error::engine(
+                        ENGINE,
+                        format!("count(*) gave {:?}", other.data_type()),
+                    ))
+                }
+            };
             Ok(())
         };
         match self.read_conn()? {
             ReadConn::Reader(mut g) => {
                 g.table(table)?;
-                let r = g.reader();
-                let (conn, times) = r.parts();
-                query(conn, times, &s, &filter.params, None, &mut each)?;
+                let (stmt, times) = g.reader().kept(&s)?;
+                query(stmt, times, &filter.params, None, &mut each)?;
             }
             ReadConn::Writer(mut g) => {
                 g.table(table)?;
@@ -1080,9 +1112,9 @@ impl RowOps for At<'_> {
             Column::Field(i) => table.fields[i].kind,
         };
         let mut found = None;
-        let mut each = |row: &rusqlite::Row<'_>| {
+        let mut each = |row: &RawStmt| {
             if found.is_none() {
-                found = Some(typed(kind, from_sql(row.get_ref(0).map_err(eng)?)?));
+                found = Some(typed(kind, from_sql(row.cell(0).map_err(eng)?)?));
             }
             Ok(())
         };
@@ -1093,8 +1125,8 @@ impl RowOps for At<'_> {
                 let t = g.table(table)?;
                 let r = g.reader();
                 let (sql, paged) = r.sql(t).select_sql(Some(column), select);
-                let (conn, times) = r.parts();
-                query(conn, times, &sql, params, page(paged), &mut each)?;
+                let (stmt, times) = r.kept(&sql)?;
+                query(stmt, times, params, page(paged), &mut each)?;
             }
             ReadConn::Writer(mut g) => {
                 let t = g.table(table)?;
@@ -1159,8 +1191,7 @@ impl SqlHost for At<'_> {
         let mut g = if self.engine.exposed.is_empty() {
             match self.read_conn()? {
                 ReadConn::Reader(mut g) => {
-                    let (conn, times) = g.reader().parts();
-                    if let Ok(stmt) = conn.prepare_cached(sql) {
+                    if let Ok((stmt, times)) = g.reader().kept(sql) {
                         return sql_select_on(stmt, times, table, params, out);
                     }
                     drop(g);
@@ -1172,10 +1203,13 @@ impl SqlHost for At<'_> {
             self.engine.lock(self.tx)?
         };
         let Inner {
-            conn, last_time, ..
+            conn,
+            kept,
+            last_time,
+            ..
         } = &mut *g;
-        let stmt = conn
-            .prepare_cached(sql)
+        let stmt = kept
+            .get(conn, sql)
             .map_err(|e| Error::BadInput(format!("SQL refused: {e}")))?;
         sql_select_on(stmt, last_time, table, params, out)
     }
@@ -1193,7 +1227,7 @@ impl SqlHost for At<'_> {
 
 /// Runs `stmt`, the SQL of [`SqlHost::sql_select`], its rows read as `table`'s.
 fn sql_select_on(
-    mut stmt: rusqlite::CachedStatement<'_>,
+    stmt: &mut RawStmt,
     last_time: &mut TimeText,
     table: &'static Table,
     params: &[Value],
@@ -1211,7 +1245,7 @@ fn sql_select_on(
             params.len()
         )));
     }
-    let names: Vec<String> = stmt.column_names().map(str::to_owned).collect();
+    let names = stmt.column_names();
     let find = |want: &str| names.iter().position(|n| n.eq_ignore_ascii_case(want));
     let id_col = find("ID")
         .or_else(|| find("rowid"))
@@ -1228,16 +1262,14 @@ fn sql_select_on(
             })
         })
         .collect::<Result<Vec<usize>>>()?;
-    bind_params(&mut stmt, params, last_time).map_err(eng)?;
-    let mut rows = stmt.raw_query();
-    while let Some(row) = rows.next().map_err(eng)? {
+    bind_params(stmt, params, last_time).map_err(eng)?;
+    stmt.each(|row| {
         out(&NamedRow {
             row,
             id_col,
             map: &map,
-        })?;
-    }
-    Ok(())
+        })
+    })
 }
 
 impl SqliteEngine {

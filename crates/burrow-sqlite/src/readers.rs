@@ -13,10 +13,11 @@ use std::sync::{Arc, Condvar, Mutex, MutexGuard, PoisonError, TryLockError};
 use std::time::{Duration, Instant};
 
 use burrow_core::{Error, Result, Table};
-use rusqlite::{Connection, OpenFlags, Statement};
+use rusqlite::{Connection, OpenFlags};
 
+use crate::raw::{Kept, RawStmt};
 use crate::statements::TableSql;
-use crate::{eng, find_table, hot, TimeText, ENGINE};
+use crate::{eng, find_table, TimeText, ENGINE};
 
 /// The reader connections, opened on first use, and what they need to open
 /// one and to prepare a table's statements.
@@ -44,7 +45,9 @@ pub(crate) struct Readers {
 pub(crate) struct Reader {
     /// The by-ID statement of each table of `tables`; declared before `conn`
     /// so that they are finalized first (the contract of [`hot::Hot`]).
-    by_id: Vec<Statement<'static>>,
+    by_id: Vec<RawStmt>,
+    /// The table reads' statements, by SQL text; before `conn` too.
+    kept: Kept,
     tables: Vec<Arc<TableSql>>,
     /// Boxed so that the kept statements' pointer to it stays valid.
     conn: Box<Connection>,
@@ -249,6 +252,7 @@ impl Readers {
         conn.execute_batch("PRAGMA query_only=ON;").map_err(eng)?;
         Ok(Reader {
             by_id: Vec::new(),
+            kept: Kept::default(),
             tables: Vec::new(),
             conn: Box::new(conn),
             last_time: TimeText::default(),
@@ -307,7 +311,7 @@ impl ReaderGuard<'_> {
             Error::UnknownTable(format!("{} is not open in this SQLite engine", table.name))
         })?;
         r.by_id
-            .push(hot::keep(&r.conn, &sql.select_by_id).map_err(eng)?);
+            .push(RawStmt::prepare(&r.conn, &sql.select_by_id).map_err(eng)?);
         r.tables.push(sql);
         Ok(r.tables.len() - 1)
     }
@@ -319,9 +323,11 @@ impl Reader {
         &self.conn
     }
 
-    /// The connection, and the date-time text buffer its binds use.
-    pub(crate) fn parts(&mut self) -> (&Connection, &mut TimeText) {
-        (&self.conn, &mut self.last_time)
+    /// The kept statement of `sql`, and the date-time text buffer its binds
+    /// use.
+    pub(crate) fn kept(&mut self, sql: &str) -> Result<(&mut RawStmt, &mut TimeText)> {
+        let stmt = self.kept.get(&self.conn, sql).map_err(eng)?;
+        Ok((stmt, &mut self.last_time))
     }
 
     pub(crate) fn sql(&self, t: usize) -> &TableSql {
@@ -329,7 +335,7 @@ impl Reader {
     }
 
     /// The by-ID statement of table `t`, and the date-time text buffer.
-    pub(crate) fn by_id(&mut self, t: usize) -> (&mut Statement<'static>, &mut TimeText) {
+    pub(crate) fn by_id(&mut self, t: usize) -> (&mut RawStmt, &mut TimeText) {
         (&mut self.by_id[t], &mut self.last_time)
     }
 }

@@ -1,0 +1,387 @@
+//! The read statements, stepped through SQLite's C API.
+//!
+//! rusqlite reads a cell with four calls into SQLite (the column count, the
+//! type, the text, its length), and each of the last three checks the
+//! statement, enters and leaves the connection's mutex and checks for a
+//! failed allocation. Taking the cell's value object once and reading its
+//! parts from it costs about a third of that: callgrind counted 290 → 100
+//! instructions per text cell, a fifth of a server's whole work answering a
+//! list. rusqlite does not hand out a statement's handle, so the statements
+//! whose rows are read cell by cell (by ID, and the table reads) are prepared
+//! here; they are kept as [`crate::hot::Hot`]'s statements are, under its
+//! contract.
+#![allow(unsafe_code)]
+
+use std::collections::HashMap;
+use std::ffi::{c_int, CStr};
+use std::ptr::NonNull;
+
+use burrow_core::Result;
+use rusqlite::types::ValueRef as SqlValue;
+use rusqlite::{ffi, Connection};
+
+use crate::eng;
+
+/// One prepared statement of a connection, finalized when dropped.
+///
+/// Its owner keeps the contract of [`crate::hot::Hot`]: the connection is
+/// boxed, outlives the statement, and is used only by whoever has exclusive
+/// access to it.
+pub struct RawStmt {
+    stmt: NonNull<ffi::sqlite3_stmt>,
+    db: *mut ffi::sqlite3,
+}
+
+/// SQLite's error `rc`, with the connection's message for it.
+fn failure(db: *mut ffi::sqlite3, rc: c_int) -> rusqlite::Error {
+    // SAFETY: `db` is a live connection; SQLite's message is copied before
+    // any other call on it.
+    let msg = unsafe {
+        let m = ffi::sqlite3_errmsg(db);
+        (!m.is_null()).then(|| CStr::from_ptr(m).to_string_lossy().into_owned())
+    };
+    rusqlite::Error::SqliteFailure(ffi::Error::new(rc), msg)
+}
+
+impl RawStmt {
+    /// Prepares `sql`, one statement, on `conn`.
+    pub fn prepare(conn: &Connection, sql: &str) -> rusqlite::Result<RawStmt> {
+        let len = c_int::try_from(sql.len()).map_err(|_| {
+            rusqlite::Error::SqliteFailure(ffi::Error::new(ffi::SQLITE_TOOBIG), None)
+        })?;
+        let mut stmt = std::ptr::null_mut();
+        let mut tail = std::ptr::null();
+        // SAFETY: the handle is live for the call; SQLite reads `len` bytes of
+        // `sql` and writes the two out-pointers.
+        let (db, rc) = unsafe {
+            let db = conn.handle();
+            let rc = ffi::sqlite3_prepare_v3(
+                db,
+                sql.as_ptr().cast(),
+                len,
+                ffi::SQLITE_PREPARE_PERSISTENT,
+                &mut stmt,
+                &mut tail,
+            );
+            (db, rc)
+        };
+        if rc != ffi::SQLITE_OK {
+            return Err(failure(db, rc));
+        }
+        let Some(stmt) = NonNull::new(stmt) else {
+            return Err(rusqlite::Error::InvalidQuery);
+        };
+        let raw = RawStmt { stmt, db };
+        // What SQLite left unread after the statement: only blanks (or a
+        // `;`) may follow, as rusqlite's own prepare requires.
+        let used = (tail as usize).wrapping_sub(sql.as_ptr() as usize);
+        let rest = sql.get(used..).unwrap_or("");
+        if !rest
+            .trim_matches(|c: char| c.is_whitespace() || c == ';')
+            .is_empty()
+        {
+            return Err(rusqlite::Error::MultipleStatement);
+        }
+        Ok(raw)
+    }
+
+    fn ptr(&self) -> *mut ffi::sqlite3_stmt {
+        self.stmt.as_ptr()
+    }
+
+    /// Whether the statement writes nothing.
+    pub fn readonly(&self) -> bool {
+        // SAFETY: the statement is live.
+        unsafe { ffi::sqlite3_stmt_readonly(self.ptr()) != 0 }
+    }
+
+    /// How many parameters the statement takes.
+    pub fn parameter_count(&self) -> usize {
+        // SAFETY: the statement is live.
+        let n = unsafe { ffi::sqlite3_bind_parameter_count(self.ptr()) };
+        usize::try_from(n).unwrap_or(0)
+    }
+
+    /// The names of the statement's result columns (`?` where SQLite has
+    /// none it can give).
+    pub fn column_names(&self) -> Vec<String> {
+        let p = self.ptr();
+        // SAFETY: the statement is live; each name is copied before the next
+        // call, as SQLite keeps it only until then.
+        unsafe {
+            let n = ffi::sqlite3_column_count(p);
+            (0..n)
+                .map(|i| {
+                    let name = ffi::sqlite3_column_name(p, i);
+                    if name.is_null() {
+                        "?".to_owned()
+                    } else {
+                        CStr::from_ptr(name).to_string_lossy().into_owned()
+                    }
+                })
+                .collect()
+        }
+    }
+
+    /// Binds `v` at the 1-based parameter `at`. Text and blobs are copied by
+    /// SQLite, as rusqlite binds them.
+    pub fn bind_sql(&mut self, at: usize, v: SqlValue<'_>) -> rusqlite::Result<()> {
+        let i = c_int::try_from(at).map_err(|_| rusqlite::Error::InvalidParameterCount(at, 0))?;
+        let p = self.ptr();
+        // SAFETY: the statement is live and not being stepped by anyone else
+        // (the owner has exclusive access); text and blobs are copied.
+        let rc = unsafe {
+            match v {
+                SqlValue::Null => ffi::sqlite3_bind_null(p, i),
+                SqlValue::Integer(n) => ffi::sqlite3_bind_int64(p, i, n),
+                SqlValue::Real(f) => ffi::sqlite3_bind_double(p, i, f),
+                SqlValue::Text(t) => ffi::sqlite3_bind_text64(
+                    p,
+                    i,
+                    t.as_ptr().cast(),
+                    t.len() as ffi::sqlite3_uint64,
+                    ffi::SQLITE_TRANSIENT(),
+                    ffi::SQLITE_UTF8 as u8,
+                ),
+                SqlValue::Blob(b) => ffi::sqlite3_bind_blob64(
+                    p,
+                    i,
+                    b.as_ptr().cast(),
+                    b.len() as ffi::sqlite3_uint64,
+                    ffi::SQLITE_TRANSIENT(),
+                ),
+            }
+        };
+        if rc == ffi::SQLITE_OK {
+            Ok(())
+        } else {
+            Err(failure(self.db, rc))
+        }
+    }
+
+    /// Runs the statement, handing each row to `out`; the statement is reset
+    /// afterwards (also on an error or a panic in `out`), so it holds no read
+    /// open once this returns.
+    pub fn each(&mut self, mut out: impl FnMut(&RawStmt) -> Result<()>) -> Result<()> {
+        let stmt = Running(self);
+        while stmt.0.step().map_err(eng)? {
+            out(stmt.0)?;
+        }
+        Ok(())
+    }
+
+    /// Runs the statement for its first row only, handed to `out`: whether
+    /// there was one. Reset afterwards, as by [`RawStmt::each`].
+    pub fn first(&mut self, out: impl FnOnce(&RawStmt) -> Result<()>) -> Result<bool> {
+        let stmt = Running(self);
+        if !stmt.0.step().map_err(eng)? {
+            return Ok(false);
+        }
+        out(stmt.0)?;
+        Ok(true)
+    }
+
+    fn step(&mut self) -> rusqlite::Result<bool> {
+        // SAFETY: the statement is live; the owner has exclusive access.
+        match unsafe { ffi::sqlite3_step(self.ptr()) } {
+            ffi::SQLITE_ROW => Ok(true),
+            ffi::SQLITE_DONE => Ok(false),
+            rc => Err(failure(self.db, rc)),
+        }
+    }
+
+    /// Cell `col` (0-based) of the current row.
+    #[inline]
+    pub fn cell(&self, col: usize) -> rusqlite::Result<SqlValue<'_>> {
+        // The row's own column count: a statement SQLite prepared again
+        // after a schema change may have another than when it was first.
+        // SAFETY: the statement is live.
+        let columns = unsafe { ffi::sqlite3_data_count(self.ptr()) };
+        if col >= usize::try_from(columns).unwrap_or(0) {
+            return Err(rusqlite::Error::InvalidColumnIndex(col));
+        }
+        // SAFETY: the statement is on a row (`cell` is reached only from
+        // `each`/`first`, between a step that returned a row and the next
+        // step or reset, which need `&mut self` and so end this borrow) and
+        // `col` is in range. The value object is "unprotected" in SQLite's
+        // terms: it is read without the connection's mutex, which is safe
+        // because the connection runs in multi-thread mode (no mutex) and
+        // only the holder of the statement uses it. Text and blobs stay valid
+        // until the next step or reset, which the borrow of `self` rules out.
+        unsafe {
+            let v = ffi::sqlite3_column_value(self.ptr(), col as c_int);
+            Ok(match ffi::sqlite3_value_type(v) {
+                ffi::SQLITE_INTEGER => SqlValue::Integer(ffi::sqlite3_value_int64(v)),
+                ffi::SQLITE_FLOAT => SqlValue::Real(ffi::sqlite3_value_double(v)),
+                ffi::SQLITE_TEXT => {
+                    let t = ffi::sqlite3_value_text(v);
+                    if t.is_null() {
+                        return Err(failure(self.db, ffi::SQLITE_NOMEM));
+                    }
+                    let n = ffi::sqlite3_value_bytes(v);
+                    SqlValue::Text(std::slice::from_raw_parts(t, n.max(0) as usize))
+                }
+                ffi::SQLITE_BLOB => {
+                    let n = ffi::sqlite3_value_bytes(v).max(0) as usize;
+                    if n == 0 {
+                        SqlValue::Blob(&[])
+                    } else {
+                        let b = ffi::sqlite3_value_blob(v);
+                        if b.is_null() {
+                            return Err(failure(self.db, ffi::SQLITE_NOMEM));
+                        }
+                        SqlValue::Blob(std::slice::from_raw_parts(b.cast(), n))
+                    }
+                }
+                _ => SqlValue::Null,
+            })
+        }
+    }
+}
+
+impl Drop for RawStmt {
+    fn drop(&mut self) {
+        // SAFETY: the statement is live and dropped once; its connection
+        // outlives it (the owner's contract).
+        unsafe {
+            ffi::sqlite3_finalize(self.ptr());
+        }
+    }
+}
+
+/// A statement being stepped: reset when dropped.
+struct Running<'a>(&'a mut RawStmt);
+
+impl Drop for Running<'_> {
+    fn drop(&mut self) {
+        // SAFETY: the statement is live. A reset ends its read; the error it
+        // returns repeats the last step's, already reported.
+        unsafe {
+            ffi::sqlite3_reset(self.0.ptr());
+        }
+    }
+}
+
+/// Kept statements beyond this are dropped all at once: an engine's reads
+/// per table are a handful of texts, so only ad-hoc queries ever reach it.
+const KEPT_MAX: usize = 128;
+
+/// Statements kept by SQL text, for one connection.
+#[derive(Default)]
+pub struct Kept {
+    stmts: Vec<RawStmt>,
+    by_sql: HashMap<Box<str>, usize, foldhash::fast::RandomState>,
+}
+
+impl Kept {
+    /// The kept statement of `sql` on `conn` (always the same connection),
+    /// prepared on first use.
+    pub fn get(&mut self, conn: &Connection, sql: &str) -> rusqlite::Result<&mut RawStmt> {
+        if let Some(&i) = self.by_sql.get(sql) {
+            return Ok(&mut self.stmts[i]);
+        }
+        let stmt = RawStmt::prepare(conn, sql)?;
+        if self.stmts.len() >= KEPT_MAX {
+            self.by_sql.clear();
+            self.stmts.clear();
+        }
+        self.by_sql.insert(sql.into(), self.stmts.len());
+        self.stmts.push(stmt);
+        let last = self.stmts.len() - 1;
+        Ok(&mut self.stmts[last])
+    }
+}
+
+#[cfg(test)]
+mod test {
+    use super::*;
+    use burrow_core::Error;
+
+    fn conn() -> Connection {
+        let c = Connection::open_in_memory().expect("open");
+        c.execute_batch(
+            "CREATE TABLE t (a, b); INSERT INTO t VALUES (1, 'one'), (2.5, x'00ff'), (NULL, '');",
+        )
+        .expect("fill");
+        c
+    }
+
+    #[test]
+    fn cells_read_as_sqlite_holds_them() {
+        let c = conn();
+        let mut s = RawStmt::prepare(&c, "SELECT a, b FROM t ORDER BY rowid").expect("prepare");
+        let mut seen = Vec::new();
+        s.each(|r| {
+            let own = |v: SqlValue<'_>| format!("{v:?}");
+            seen.push((own(r.cell(0).map_err(eng)?), own(r.cell(1).map_err(eng)?)));
+            assert!(matches!(
+                r.cell(2),
+                Err(rusqlite::Error::InvalidColumnIndex(2))
+            ));
+            Ok(())
+        })
+        .expect("read");
+        let want = [
+            ("Integer(1)", "Text([111, 110, 101])"),
+            ("Real(2.5)", "Blob([0, 255])"),
+            ("Null", "Text([])"),
+        ];
+        let want: Vec<_> = want
+            .iter()
+            .map(|(a, b)| (a.to_string(), b.to_string()))
+            .collect();
+        assert_eq!(seen, want);
+    }
+
+    #[test]
+    fn a_statement_is_reset_after_a_failed_row_and_rebinds() {
+        let c = conn();
+        let mut s = RawStmt::prepare(&c, "SELECT b FROM t WHERE a = ?").expect("prepare");
+        s.bind_sql(1, SqlValue::Integer(1)).expect("bind");
+        let e = s
+            .each(|_| Err(Error::BadInput("stop".into())))
+            .expect_err("the callback's error");
+        assert!(matches!(e, Error::BadInput(_)), "{e}");
+        // A statement left mid-read would keep the table locked.
+        c.execute_batch("CREATE TABLE u (x); DROP TABLE u;")
+            .expect("nothing is left reading");
+        s.bind_sql(1, SqlValue::Real(2.5)).expect("bind");
+        let mut got = None;
+        let found = s
+            .first(|r| {
+                got = Some(format!("{:?}", r.cell(0).map_err(eng)?));
+                Ok(())
+            })
+            .expect("read");
+        assert!(found);
+        assert_eq!(got.as_deref(), Some("Blob([0, 255])"));
+    }
+
+    #[test]
+    fn one_statement_only_and_errors_carry_sqlite_s_message() {
+        let c = conn();
+        assert!(matches!(
+            RawStmt::prepare(&c, "SELECT 1; DELETE FROM t"),
+            Err(rusqlite::Error::MultipleStatement)
+        ));
+        RawStmt::prepare(&c, "SELECT 1; ").expect("a trailing semicolon is one statement");
+        let e = RawStmt::prepare(&c, "SELECT nope FROM t")
+            .err()
+            .expect("an unknown column");
+        assert!(e.to_string().contains("nope"), "{e}");
+        let mut s = RawStmt::prepare(&c, "SELECT a FROM t").expect("prepare");
+        assert!(s.readonly());
+        assert_eq!(s.parameter_count(), 0);
+        assert_eq!(s.column_names(), ["a"]);
+        assert_eq!(
+            c.query_row("SELECT count(*) FROM t", [], |r| r.get::<_, i64>(0))
+                .expect("count"),
+            3
+        );
+        let mut kept = Kept::default();
+        let a = kept.get(&c, "SELECT a FROM t").expect("kept") as *const RawStmt;
+        let b = kept.get(&c, "SELECT a FROM t").expect("kept again") as *const RawStmt;
+        assert_eq!(a, b, "one statement per text");
+        s.each(|_| Ok(())).expect("read");
+    }
+}
