@@ -9,7 +9,7 @@ use std::time::Duration;
 
 use burrow_core::datetime::DATETIME_BUF;
 use burrow_core::{Error, Result, ValueRef};
-use burrow_sqlite::{KeptConnection, KeptStatement, TimeText};
+use burrow_sqlite::{KeptConnection, KeptStatement, RawStmt, TimeText};
 use rusqlite::types::ValueRef as SqlValue;
 use rusqlite::{Connection, OpenFlags};
 
@@ -159,7 +159,7 @@ impl Conn for LiteConn {
         let mut stmt = self.kept.statement(sql).map_err(classify)?;
         bind(&mut stmt, params).map_err(classify)?;
         let mut rows = stmt.raw_query();
-        while let Some(row) = rows.next().map_err(classify)? {
+        while let Some(row) = rows.next_row().map_err(classify)? {
             out(&LiteRow(row)).map_err(QueryError::Out)?;
         }
         Ok(())
@@ -176,7 +176,7 @@ impl Conn for LiteConn {
         let mut stmt = self.kept.statement(sql).map_err(classify)?;
         bind(&mut stmt, params).map_err(classify)?;
         let mut rows = stmt.raw_query();
-        match rows.next().map_err(classify)? {
+        match rows.next_row().map_err(classify)? {
             Some(row) => out(&LiteRow(row)).map_err(QueryError::Out).map(|()| true),
             None => Ok(false),
         }
@@ -203,24 +203,25 @@ impl Conn for LiteConn {
     }
 }
 
-struct LiteRow<'a, 'b>(&'a rusqlite::Row<'b>);
+/// A row, its cells read through SQLite's C API ([`RawStmt::cell`]).
+struct LiteRow<'a>(&'a RawStmt);
 
-impl RawRow for LiteRow<'_, '_> {
+impl RawRow for LiteRow<'_> {
     fn len(&self) -> usize {
-        self.0.as_ref().column_count()
+        self.0.column_count()
     }
 
     fn value(&self, col: usize) -> Result<ValueRef<'_>> {
         let v = self
             .0
-            .get_ref(col)
+            .cell(col)
             .map_err(|e| Error::engine(crate::ENGINE, e))?;
         burrow_sqlite::loaded(v, crate::ENGINE)
     }
 
     #[inline]
     fn text(&self, col: usize) -> Result<Option<&str>> {
-        match self.0.get_ref(col) {
+        match self.0.cell(col) {
             Ok(SqlValue::Text(t)) => burrow_sqlite::loaded_text(t, crate::ENGINE).map(Some),
             Ok(_) => Ok(None),
             Err(e) => Err(Error::engine(crate::ENGINE, e)),
@@ -229,7 +230,7 @@ impl RawRow for LiteRow<'_, '_> {
 
     #[inline]
     fn int(&self, col: usize) -> Result<Option<i64>> {
-        match self.0.get_ref(col) {
+        match self.0.cell(col) {
             Ok(SqlValue::Integer(i)) => Ok(Some(i)),
             Ok(_) => Ok(None),
             Err(e) => Err(Error::engine(crate::ENGINE, e)),

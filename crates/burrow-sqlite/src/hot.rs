@@ -7,11 +7,9 @@
 //! This module is the one place that erases that borrow; see [`Hot`].
 #![allow(unsafe_code)]
 
-use std::collections::HashMap;
-
 use rusqlite::{Connection, Statement};
 
-use crate::raw::RawStmt;
+use crate::raw::{Kept, RawStmt, Rows};
 use crate::statements::TableSql;
 
 /// The kept statements of one table.
@@ -89,49 +87,31 @@ impl Hot {
     }
 }
 
-/// A connection that keeps every statement it prepares, by SQL text: what the
-/// external SQL layer's SQLite connections use. rusqlite's statement cache costs
-/// a SipHash of the SQL, an LRU update and a `sqlite3_clear_bindings` on every
-/// use, about an eighth of a read by ID counted with callgrind; a map with a
-/// fast hash costs a fraction of that.
+/// A connection that keeps every statement it prepares, by SQL text
+/// ([`Kept`]): what the external SQL layer's SQLite connections use. Its
+/// statements are stepped through SQLite's C API ([`crate::raw`]).
 ///
 /// Statements are reached only through [`KeptStatement`], which cannot move
-/// one out, so the contract of `Hot` (this module) holds: `statements` is declared before
-/// `conn` (dropped first) and the connection is boxed (a stable address).
+/// one out, so the contract of `Hot` (this module) holds: `kept` is declared
+/// before `conn` (dropped first) and the connection is boxed (a stable
+/// address).
 pub struct KeptConnection {
-    statements: Vec<Statement<'static>>,
-    /// Where each SQL text's statement is in `statements`: a hit costs one
-    /// hash of the text.
-    by_sql: HashMap<Box<str>, usize, foldhash::fast::RandomState>,
-    /// The text of each statement in `statements`.
-    texts: Vec<Box<str>>,
-    /// The statement used last. A per-row loop runs one statement over and
-    /// over, and comparing its text costs less than hashing it: a lookup fell
-    /// from about 200 instructions to 80 (callgrind, the engine benchmark's
-    /// insert).
-    last: Option<usize>,
+    kept: Kept,
     conn: Box<Connection>,
 }
 
-/// Kept statements beyond this are dropped all at once: an engine's SQL per
-/// table is a handful of texts, so only ad-hoc queries ever reach it.
-const KEPT_MAX: usize = 256;
-
-// SAFETY: a `Statement` is not `Send` only because it borrows its `Connection`
-// (which is `Send` but not `Sync`). The connection and its statements move
-// between threads together and are used only through `&mut self`, so no two
-// threads ever touch them at once, which SQLite's multi-thread mode (rusqlite's
-// default open flags) allows.
+// SAFETY: the statements are not `Send` only because they point into their
+// connection. The connection and its statements move between threads
+// together and are used only through `&mut self`, so no two threads ever
+// touch them at once, which SQLite's multi-thread mode (rusqlite's default
+// open flags) allows.
 unsafe impl Send for KeptConnection {}
 
 impl KeptConnection {
     /// Takes over `conn`.
     pub fn new(conn: Connection) -> Self {
         KeptConnection {
-            statements: Vec::new(),
-            by_sql: HashMap::default(),
-            texts: Vec::new(),
-            last: None,
+            kept: Kept::default(),
             conn: Box::new(conn),
         }
     }
@@ -144,87 +124,33 @@ impl KeptConnection {
     /// The statement of `sql`, prepared on first use. Its parameters keep
     /// their last bindings: bind every one before running it.
     pub fn statement(&mut self, sql: &str) -> rusqlite::Result<KeptStatement<'_>> {
-        if let Some(at) = self.last {
-            if *self.texts[at] == *sql {
-                return Ok(KeptStatement(&mut self.statements[at]));
-            }
-        }
-        let at = match self.by_sql.get(sql) {
-            Some(&at) => at,
-            None => {
-                if self.statements.len() >= KEPT_MAX {
-                    self.last = None;
-                    self.statements.clear();
-                    self.texts.clear();
-                    self.by_sql.clear();
-                }
-                self.statements.push(keep(&self.conn, sql)?);
-                let at = self.statements.len() - 1;
-                self.texts.push(sql.into());
-                self.by_sql.insert(sql.into(), at);
-                at
-            }
-        };
-        self.last = Some(at);
-        Ok(KeptStatement(&mut self.statements[at]))
+        self.kept.get(&self.conn, sql).map(KeptStatement)
     }
 }
 
 /// A kept statement, lent for one use.
-pub struct KeptStatement<'k>(&'k mut Statement<'static>);
+pub struct KeptStatement<'k>(&'k mut RawStmt);
 
 impl KeptStatement<'_> {
-    /// Binds parameter `one_based_index`.
-    pub fn raw_bind_parameter<T: rusqlite::ToSql>(
-        &mut self,
-        one_based_index: usize,
-        param: T,
-    ) -> rusqlite::Result<()> {
-        self.0.raw_bind_parameter(one_based_index, param)
-    }
-
     /// Binds a value already in SQLite's stored form (see [`crate::stored`]).
-    /// Each kind is bound through its own concrete type, so rusqlite's
-    /// generic binding folds down to the one SQLite call.
     #[inline]
     pub fn bind_stored(
         &mut self,
         one_based_index: usize,
         value: rusqlite::types::ValueRef<'_>,
     ) -> rusqlite::Result<()> {
-        use rusqlite::types::{Null, ToSqlOutput, ValueRef};
-        match value {
-            ValueRef::Integer(i) => self.0.raw_bind_parameter(one_based_index, i),
-            ValueRef::Text(t) => self.0.raw_bind_parameter(one_based_index, TextBytes(t)),
-            ValueRef::Real(f) => self.0.raw_bind_parameter(one_based_index, f),
-            ValueRef::Null => self.0.raw_bind_parameter(one_based_index, Null),
-            ValueRef::Blob(b) => self
-                .0
-                .raw_bind_parameter(one_based_index, ToSqlOutput::Borrowed(ValueRef::Blob(b))),
-        }
+        self.0.bind_sql(one_based_index, value)
     }
 
     /// Runs a statement that returns no rows; returns the rows changed.
     pub fn raw_execute(&mut self) -> rusqlite::Result<usize> {
-        self.0.raw_execute()
+        self.0.execute()
     }
 
     /// Runs a statement that returns rows; the statement is reset when the
     /// rows are dropped.
-    pub fn raw_query(&mut self) -> rusqlite::Rows<'_> {
-        self.0.raw_query()
-    }
-}
-
-/// Text already checked as UTF-8, bound as text (`&[u8]` binds as a blob).
-struct TextBytes<'a>(&'a [u8]);
-
-impl rusqlite::ToSql for TextBytes<'_> {
-    #[inline]
-    fn to_sql(&self) -> rusqlite::Result<rusqlite::types::ToSqlOutput<'_>> {
-        Ok(rusqlite::types::ToSqlOutput::Borrowed(
-            rusqlite::types::ValueRef::Text(self.0),
-        ))
+    pub fn raw_query(&mut self) -> Rows<'_> {
+        self.0.rows()
     }
 }
 
@@ -234,10 +160,14 @@ mod test {
 
     fn one(k: &mut KeptConnection, sql: &str, param: i64) -> i64 {
         let mut stmt = k.statement(sql).unwrap();
-        stmt.raw_bind_parameter(1, param).unwrap();
+        stmt.bind_stored(1, rusqlite::types::ValueRef::Integer(param))
+            .unwrap();
         let mut rows = stmt.raw_query();
-        let row = rows.next().unwrap().expect("a row");
-        row.get(0).unwrap()
+        let row = rows.next_row().unwrap().expect("a row");
+        match row.cell(0).unwrap() {
+            rusqlite::types::ValueRef::Integer(i) => i,
+            other => panic!("{other:?}"),
+        }
     }
 
     #[test]
@@ -246,10 +176,10 @@ mod test {
         assert_eq!(one(&mut k, "SELECT ?1 + 1", 1), 2);
         assert_eq!(one(&mut k, "SELECT ?1 + 1", 41), 42);
         // More distinct texts than are kept: the set is dropped and rebuilt.
-        for i in 0..(KEPT_MAX as i64 + 10) {
+        for i in 0..(crate::raw::KEPT_MAX as i64 + 10) {
             assert_eq!(one(&mut k, &format!("SELECT ?1 * {i}"), 3), 3 * i);
         }
-        assert!(k.statements.len() <= KEPT_MAX);
+        assert!(k.kept.len() <= crate::raw::KEPT_MAX);
         assert_eq!(one(&mut k, "SELECT ?1 + 1", 9), 10);
         let mut stmt = k.statement("CREATE TABLE t(x)").unwrap();
         assert_eq!(stmt.raw_execute().unwrap(), 0);
@@ -275,9 +205,12 @@ mod test {
             let mut stmt = k.statement("SELECT ?1, typeof(?1)").unwrap();
             stmt.bind_stored(1, v).unwrap();
             let mut rows = stmt.raw_query();
-            let row = rows.next().unwrap().expect("a row");
-            assert_eq!(row.get_ref(0).unwrap(), v);
-            let kind: String = row.get(1).unwrap();
+            let row = rows.next_row().unwrap().expect("a row");
+            assert_eq!(row.cell(0).unwrap(), v);
+            let rusqlite::types::ValueRef::Text(kind) = row.cell(1).unwrap() else {
+                panic!("typeof gives text");
+            };
+            let kind = std::str::from_utf8(kind).unwrap();
             let want = match v {
                 ValueRef::Null => "null",
                 ValueRef::Integer(_) => "integer",

@@ -97,10 +97,11 @@ pub use backup::{verify_backup, BackupOptions, BackupProgress, BackupSummary};
 pub use crypt::{Key, PageHmac};
 pub use hot::{widen_lookaside, KeptConnection, KeptStatement};
 pub use options::{LockingMode, SqliteOptions, Synchronous};
+pub use raw::{RawStmt, Rows};
 pub use rusqlite;
 
 use hot::Hot;
-use raw::{Kept, RawStmt};
+use raw::Kept;
 use statements::TableSql;
 
 const ENGINE: &str = "sqlite";
