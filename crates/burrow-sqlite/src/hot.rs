@@ -87,9 +87,9 @@ impl Hot {
     }
 }
 
-/// A connection that keeps every statement it prepares, by SQL text
-/// ([`Kept`]): what the external SQL layer's SQLite connections use. Its
-/// statements are stepped through SQLite's C API ([`crate::raw`]).
+/// A connection that keeps every statement it prepares, by SQL text: what
+/// the external SQL layer's SQLite connections use. Its statements are
+/// [`RawStmt`]s, stepped through SQLite's C API.
 ///
 /// Statements are reached only through [`KeptStatement`], which cannot move
 /// one out, so the contract of `Hot` (this module) holds: `kept` is declared

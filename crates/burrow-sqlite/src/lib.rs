@@ -968,16 +968,26 @@ impl At<'_> {
     /// instant (no transaction open, no backup step waiting): its page cache
     /// is warm, so one thread reading alone pays for no second connection;
     /// and when it is not, on a reader, which waits neither for the writer
-    /// nor for an open transaction.
+    /// nor for an open transaction. A thread that once found the writer
+    /// taken reads on a free reader first from then on
+    /// ([`readers::sticks_to_reader`]), and on the writer only when every
+    /// reader is taken.
     fn read_conn(&self) -> Result<ReadConn<'_>> {
         if let (Some(pool), None) = (&self.engine.readers, self.tx) {
+            if readers::sticks_to_reader() {
+                if let Some(g) = pool.take_free()? {
+                    return Ok(ReadConn::Reader(g));
+                }
+            }
             if !self.engine.turn.wanted() {
-                if let Ok(g) = self.engine.inner.try_lock() {
+                match self.engine.inner.try_lock() {
                     // Not inside a transaction begun on the connection itself
                     // (`with_connection`): a read there would see its writes.
-                    if g.owner.is_none() && g.conn.is_autocommit() {
+                    Ok(g) if g.owner.is_none() && g.conn.is_autocommit() => {
                         return Ok(ReadConn::Writer(g));
                     }
+                    Ok(_) => {}
+                    Err(_) => readers::stick_to_reader(),
                 }
             }
             return pool.take().map(ReadConn::Reader);

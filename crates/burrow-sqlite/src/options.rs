@@ -126,7 +126,11 @@ impl SqliteOptions {
     /// a transaction) runs on the writer connection when that is free at
     /// that instant (no call on it, no transaction open: its page cache is
     /// warm, so a thread reading alone reads as without readers), else on a
-    /// free reader, opened the first time it is needed (with the key of an
+    /// free reader; a thread that has once found the writer taken tries a
+    /// free reader first from then on (threads reading side by side then
+    /// each keep a connection, instead of passing the writer's lock and
+    /// cache from processor to processor at every read). A reader is
+    /// opened the first time it is needed (with the key of an
     /// encrypted file: a passphrase costs its derivation again, per
     /// reader); when all are busy the caller waits, blocked, not spinning,
     /// for the first reader handed back, at most the busy timeout

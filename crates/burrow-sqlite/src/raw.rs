@@ -22,11 +22,10 @@ use rusqlite::{ffi, Connection};
 
 use crate::eng;
 
-/// One prepared statement of a connection, finalized when dropped.
-///
-/// Its owner keeps the contract of [`crate::hot::Hot`]: the connection is
-/// boxed, outlives the statement, and is used only by whoever has exclusive
-/// access to it.
+/// One prepared statement of a connection, read cell by cell through
+/// SQLite's C API and finalized when dropped. Only the engine prepares one
+/// (see [`crate::KeptConnection`]): it keeps the connection boxed, alive
+/// longer than the statement, and used by one thread at a time.
 pub struct RawStmt {
     stmt: NonNull<ffi::sqlite3_stmt>,
     db: *mut ffi::sqlite3,
