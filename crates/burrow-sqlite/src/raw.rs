@@ -55,14 +55,7 @@ impl RawStmt {
         // `sql` and writes the two out-pointers.
         let (db, rc) = unsafe {
             let db = conn.handle();
-            let rc = ffi::sqlite3_prepare_v3(
-                db,
-                sql.as_ptr().cast(),
-                len,
-                ffi::SQLITE_PREPARE_PERSISTENT,
-                &mut stmt,
-                &mut tail,
-            );
+            let rc = ffi::sqlite3_prepare_v3(db, sql.as_ptr().cast(), len, 0, &mut stmt, &mut tail);
             (db, rc)
         };
         if rc != ffi::SQLITE_OK {
@@ -125,6 +118,7 @@ impl RawStmt {
 
     /// Binds `v` at the 1-based parameter `at`. Text and blobs are copied by
     /// SQLite, as rusqlite binds them.
+    #[inline]
     pub fn bind_sql(&mut self, at: usize, v: SqlValue<'_>) -> rusqlite::Result<()> {
         let i = c_int::try_from(at).map_err(|_| rusqlite::Error::InvalidParameterCount(at, 0))?;
         let p = self.ptr();
