@@ -505,9 +505,6 @@ pub fn stored<'a>(
     })
 }
 
-/// Binds one value at a 1-based position; dates are written into a stack buffer
-/// that SQLite copies, so nothing is allocated. A date-time is written once
-/// for the rows that share it (a record's automatic times, a batch's stamp).
 /// A statement values are bound to: rusqlite's, or one of [`raw`]'s.
 trait BindSql {
     fn bind_sql(&mut self, at: usize, v: SqlValue<'_>) -> rusqlite::Result<()>;
@@ -547,6 +544,9 @@ impl BindSql for RawStmt {
     }
 }
 
+/// Binds one value at a 1-based position; dates are written into a stack buffer
+/// that SQLite copies, so nothing is allocated. A date-time is written once
+/// for the rows that share it (a record's automatic times, a batch's stamp).
 #[inline(always)]
 fn bind(
     stmt: &mut impl BindSql,
@@ -655,7 +655,7 @@ impl Row for SqlRow<'_> {
 
 /// Column `col` as text, if SQLite holds text there (UTF-8 checked).
 #[inline]
-fn text_at(row: &impl Cells, col: usize) -> Result<Option<&str>> {
+fn text_at(row: &RawStmt, col: usize) -> Result<Option<&str>> {
     match row.cell(col).map_err(eng)? {
         SqlValue::Text(t) => loaded_text(t, ENGINE).map(Some),
         _ => Ok(None),
@@ -664,29 +664,10 @@ fn text_at(row: &impl Cells, col: usize) -> Result<Option<&str>> {
 
 /// Column `col` as an integer, if SQLite holds one there.
 #[inline]
-fn int_at(row: &impl Cells, col: usize) -> Result<Option<i64>> {
+fn int_at(row: &RawStmt, col: usize) -> Result<Option<i64>> {
     match row.cell(col).map_err(eng)? {
         SqlValue::Integer(i) => Ok(Some(i)),
         _ => Ok(None),
-    }
-}
-
-/// The cells of a row being read, by 0-based column.
-trait Cells {
-    fn cell(&self, col: usize) -> rusqlite::Result<SqlValue<'_>>;
-}
-
-impl Cells for rusqlite::Row<'_> {
-    #[inline]
-    fn cell(&self, col: usize) -> rusqlite::Result<SqlValue<'_>> {
-        self.get_ref(col)
-    }
-}
-
-impl Cells for RawStmt {
-    #[inline]
-    fn cell(&self, col: usize) -> rusqlite::Result<SqlValue<'_>> {
-        RawStmt::cell(self, col)
     }
 }
 
@@ -995,7 +976,7 @@ impl At<'_> {
     /// reader is taken.
     fn read_conn(&self) -> Result<ReadConn<'_>> {
         if let (Some(pool), None) = (&self.engine.readers, self.tx) {
-            if readers::sticks_to_reader() {
+            if readers::sticks_to_reader(pool) {
                 if let Some(g) = pool.take_free()? {
                     return Ok(ReadConn::Reader(g));
                 }
@@ -1008,7 +989,7 @@ impl At<'_> {
                         return Ok(ReadConn::Writer(g));
                     }
                     Ok(_) => {}
-                    Err(_) => readers::stick_to_reader(),
+                    Err(_) => readers::stick_to_reader(pool),
                 }
             }
             return pool.take().map(ReadConn::Reader);

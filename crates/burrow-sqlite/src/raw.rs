@@ -290,6 +290,11 @@ impl Drop for Rows<'_> {
 /// per table are a handful of texts, so only ad-hoc queries ever reach it.
 pub(crate) const KEPT_MAX: usize = 256;
 
+/// Bytes of SQL text kept at most (a statement's compiled form grows with
+/// its text): the SQL host keeps the SELECTs clients send, and 256 long
+/// ones must not hold hundreds of megabytes.
+const KEPT_BYTES: usize = 4 << 20;
+
 /// Statements kept by SQL text, for one connection. rusqlite's statement
 /// cache costs a SipHash of the SQL, an LRU update and a
 /// `sqlite3_clear_bindings` on every use, about an eighth of a read by ID
@@ -305,6 +310,8 @@ pub(crate) struct Kept {
     /// from about 200 instructions to 80 (callgrind, the engine benchmark's
     /// insert).
     last: Option<usize>,
+    /// The length of the texts in `texts`.
+    bytes: usize,
 }
 
 impl Kept {
@@ -321,12 +328,14 @@ impl Kept {
             Some(&at) => at,
             None => {
                 let stmt = RawStmt::prepare(conn, sql)?;
-                if self.stmts.len() >= KEPT_MAX {
+                if self.stmts.len() >= KEPT_MAX || self.bytes + sql.len() > KEPT_BYTES {
                     self.last = None;
                     self.by_sql.clear();
                     self.texts.clear();
                     self.stmts.clear();
+                    self.bytes = 0;
                 }
+                self.bytes += sql.len();
                 self.by_sql.insert(sql.into(), self.stmts.len());
                 self.texts.push(sql.into());
                 self.stmts.push(stmt);
@@ -434,5 +443,28 @@ mod test {
         let b = kept.get(&c, "SELECT a FROM t").expect("kept again") as *const RawStmt;
         assert_eq!(a, b, "one statement per text");
         s.each(|_| Ok(())).expect("read");
+    }
+
+    #[test]
+    fn kept_texts_are_bounded_in_bytes() {
+        let c = conn();
+        let mut kept = Kept::default();
+        // SELECTs of about 1 MiB each (a long string literal): only a few
+        // fit at once, and a statement dropped is prepared again on use.
+        let long = |i: usize| format!("SELECT '{}', {i}", "x".repeat(1 << 20));
+        for i in 0..20 {
+            kept.get(&c, &long(i)).expect("prepare");
+            assert!(kept.bytes <= KEPT_BYTES, "{} bytes kept", kept.bytes);
+            assert!(kept.len() <= KEPT_BYTES / (1 << 20));
+        }
+        let again = kept.get(&c, &long(3)).expect("prepared again");
+        let mut n = None;
+        again
+            .first(|r| {
+                n = Some(format!("{:?}", r.cell(1).map_err(eng)?));
+                Ok(())
+            })
+            .expect("read");
+        assert_eq!(n.as_deref(), Some("Integer(3)"));
     }
 }

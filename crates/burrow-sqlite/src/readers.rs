@@ -68,23 +68,25 @@ static ARRIVALS: AtomicUsize = AtomicUsize::new(0);
 
 thread_local! {
     static HOME: Cell<Option<usize>> = const { Cell::new(None) };
-    static ON_READER: Cell<bool> = const { Cell::new(false) };
+    static ON_READER: Cell<usize> = const { Cell::new(0) };
 }
 
-/// Whether this thread reads on its reader rather than trying the writer
-/// first: set once it found the writer taken. Threads reading side by side
+/// Whether this thread reads on a reader of `pool` rather than trying the
+/// writer first: set once it found that engine's writer taken (one engine
+/// per thread is remembered: its pool's address, which only ever decides
+/// where a read runs, never what it sees). Threads reading side by side
 /// otherwise take turns on the writer, and its lock, its connection and its
 /// page cache move from processor to processor with every read (two
 /// threads reading by ID gained 1.1–1.6× over one); each on a connection of
 /// its own, they share only SQLite's WAL index. A thread reading alone
 /// never finds the writer taken and opens no reader.
-pub(crate) fn sticks_to_reader() -> bool {
-    ON_READER.with(Cell::get)
+pub(crate) fn sticks_to_reader(pool: &Readers) -> bool {
+    ON_READER.with(Cell::get) == std::ptr::from_ref(pool) as usize
 }
 
 /// See [`sticks_to_reader`].
-pub(crate) fn stick_to_reader() {
-    ON_READER.with(|r| r.set(true));
+pub(crate) fn stick_to_reader(pool: &Readers) {
+    ON_READER.with(|r| r.set(std::ptr::from_ref(pool) as usize));
 }
 
 fn home() -> usize {
