@@ -75,6 +75,7 @@ mod raw;
 mod readers;
 mod scan;
 pub mod schema;
+mod snapshots;
 pub mod statements;
 mod vtab;
 
@@ -111,7 +112,7 @@ pub struct SqliteEngine {
     /// The reader connections of a WAL file (see [`SqliteOptions::readers`]);
     /// declared before `inner` so that they close first, leaving the writer
     /// the last connection, the one that checkpoints the log on close.
-    readers: Option<readers::Readers>,
+    readers: Option<Arc<readers::Readers>>,
     inner: Mutex<Inner>,
     /// Signalled when a transaction ends, waking threads that wait for it.
     tx_ended: Condvar,
@@ -132,6 +133,9 @@ struct Inner {
     tables: Vec<TableSql>,
     /// Boxed so that the kept statements' pointer to it stays valid.
     conn: Box<Connection>,
+    /// The commit hook of a WAL file (see [`snapshots`]); declared after
+    /// `conn`, which calls it until it closes.
+    hook: Option<snapshots::CommitHook>,
     /// The token of the open transaction ([`SqliteTx`]), if any.
     owner: Option<u64>,
     /// The last date-time written as text: a record's creation and modification
@@ -252,11 +256,20 @@ impl SqliteEngine {
             }
             false => None,
         };
+        // Every WAL file gets the commit hook, readers or not: its commits
+        // end the idle snapshots of other engines' readers of the file.
+        let file = wal_file
+            .as_deref()
+            .and_then(|p| snapshots::SameFile::of(p).ok());
+        let hook = file.clone().map(|f| snapshots::CommitHook::set(&conn, f));
         let readers = match wal_file {
             Some(p)
                 if options.locking_mode == LockingMode::Normal && options.readers != Some(0) =>
             {
-                Some(readers::Readers::new(
+                // Snapshots are kept only where no other process can commit
+                // (its commits would reach no hook here; see `snapshots`).
+                let keep = file.filter(|_| vfs.is_some());
+                let pool = Arc::new(readers::Readers::new(
                     options.readers.unwrap_or_else(readers::default_count),
                     p,
                     vfs,
@@ -264,7 +277,12 @@ impl SqliteEngine {
                     options.cache_size_kib,
                     #[cfg(feature = "encryption")]
                     key.clone(),
-                ))
+                    keep.clone(),
+                ));
+                if let Some(f) = &keep {
+                    f.add_pool(&pool);
+                }
+                Some(pool)
             }
             _ => None,
         };
@@ -276,6 +294,7 @@ impl SqliteEngine {
                 kept: Kept::default(),
                 tables: Vec::new(),
                 conn: Box::new(conn),
+                hook,
                 owner: None,
                 last_time: TimeText::default(),
                 #[cfg(feature = "encryption")]
@@ -311,7 +330,8 @@ impl SqliteEngine {
         &self,
         f: impl FnOnce(&Connection) -> rusqlite::Result<R>,
     ) -> Result<R> {
-        f(&self.lock(None)?.conn).map_err(eng)
+        let g = self.lock(None)?;
+        g.around_own_use(f)
     }
 
     /// Locks the connection for a call of transaction `tx`, or, for `None`,
@@ -728,6 +748,22 @@ fn find_table<T: AsRef<TableSql>>(tables: &[T], table: &Table) -> Option<usize> 
 }
 
 impl Inner {
+    /// Runs a caller's own code on the connection. Idle readers' snapshots
+    /// are ended first (a checkpoint that truncates the log, or a change of
+    /// journal mode, waits for none of them), and a `PRAGMA
+    /// wal_autocheckpoint` it ran replaces the commit hook with SQLite's
+    /// own, which is set back, with that size.
+    fn around_own_use<R>(&self, f: impl FnOnce(&Connection) -> rusqlite::Result<R>) -> Result<R> {
+        if let Some(h) = &self.hook {
+            h.end_idle_snapshots();
+        }
+        let r = f(&self.conn);
+        if let Some(h) = &self.hook {
+            h.reinstate(&self.conn);
+        }
+        r.map_err(eng)
+    }
+
     fn table(&mut self, table: &Table) -> Result<usize> {
         find_table(&self.tables, table).ok_or_else(|| {
             Error::UnknownTable(format!("{} is not open in this SQLite engine", table.name))
@@ -976,6 +1012,11 @@ impl At<'_> {
     /// reader is taken.
     fn read_conn(&self) -> Result<ReadConn<'_>> {
         if let (Some(pool), None) = (&self.engine.readers, self.tx) {
+            if pool.keeps_snapshots() {
+                if let Some(g) = pool.take_current()? {
+                    return Ok(ReadConn::Reader(g));
+                }
+            }
             if readers::sticks_to_reader(pool) {
                 if let Some(g) = pool.take_free()? {
                     return Ok(ReadConn::Reader(g));
@@ -1428,7 +1469,8 @@ impl SqliteTx {
         &self,
         f: impl FnOnce(&Connection) -> rusqlite::Result<R>,
     ) -> Result<R> {
-        f(&self.engine.lock(Some(self.token))?.conn).map_err(eng)
+        let g = self.engine.lock(Some(self.token))?;
+        g.around_own_use(f)
     }
 
     fn end(&mut self, verb: &str) -> Result<()> {

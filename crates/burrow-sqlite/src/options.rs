@@ -108,7 +108,9 @@ impl SqliteOptions {
     /// `stat` calls per read by ID), and WAL needs no `-shm` file. No risk
     /// to the data; the cost is that no other process can open the file
     /// while the engine has it open (it gets "database is locked").
-    /// mORMot2 opens every SQLite file so on POSIX. Off by default.
+    /// mORMot2 opens every SQLite file so on POSIX. In WAL mode it also
+    /// lets the readers keep their snapshot between reads (see
+    /// [`SqliteOptions::readers`]). Off by default.
     pub fn one_process(mut self, on: bool) -> Self {
         self.one_process = on;
         self
@@ -117,7 +119,7 @@ impl SqliteOptions {
     /// How many reader connections serve the reads made outside a
     /// transaction, on a file opened with [`SqliteOptions::wal`] and the
     /// normal locking mode: `0` reads everything on the one connection.
-    /// Default: one per processor, at least 2, at most 8.
+    /// Default: one per processor, at least 4, at most 8.
     ///
     /// Without readers, every call takes its turn on the engine's one
     /// connection, so threads reading at once read no faster than one. With
@@ -152,6 +154,27 @@ impl SqliteOptions {
     ///   on the engine, even from the same thread, sees the committed state;
     /// - a table opened or altered through the engine is seen by every
     ///   reader from then on.
+    ///
+    /// With [`SqliteOptions::one_process`], a reader keeps its read
+    /// transaction (its WAL snapshot) open between reads, for as long as
+    /// nothing is committed: before each use it compares the header of the
+    /// WAL index, which every commit rewrites, with the one it read before
+    /// the snapshot began, and begins another when they differ. A read then
+    /// takes no lock at all: by ID, one thread reads about 1.3× as fast as on
+    /// the writer, and two threads twice as fast as one (each beginning its
+    /// own transaction, they shared the WAL index's locks at every read and
+    /// reached 1.1–1.6×). What a read sees is as above. A snapshot
+    /// kept by an idle reader would keep the log from being checkpointed and
+    /// started again, so every commit made in this process on the file
+    /// (through any engine) ends the idle readers' snapshots, and checkpoints
+    /// as SQLite's auto-checkpoint does (every 1,000 frames, or the size a
+    /// `PRAGMA wal_autocheckpoint` asks through
+    /// [`crate::SqliteEngine::with_connection`], which also ends them before
+    /// running its code). A thread whose reads follow writes reads on the
+    /// writer (a reader's page cache starts empty after a commit, the
+    /// writer's is warm); its first read, and two reads with no commit
+    /// between them, move it to a reader. Without `one_process`, another process's commits would end no
+    /// snapshot here, so each read begins its own.
     ///
     /// Readers open the file read-only (through `unix-excl`,
     /// [`SqliteOptions::one_process`], read-write with `PRAGMA query_only`:
