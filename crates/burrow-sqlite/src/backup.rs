@@ -332,6 +332,9 @@ impl SqliteEngine {
         b.run_to_completion(i32::MAX, Duration::ZERO, None)
             .map_err(eng)?;
         drop(b);
+        // A backup's commit reaches no commit hook: the idle readers'
+        // snapshots of the old contents are ended here.
+        g.end_idle_snapshots();
         drop(g);
         drop(src);
         Ok(())

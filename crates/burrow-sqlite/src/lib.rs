@@ -261,7 +261,7 @@ impl SqliteEngine {
         let file = wal_file
             .as_deref()
             .and_then(|p| snapshots::SameFile::of(p).ok());
-        let hook = file.clone().map(|f| snapshots::CommitHook::set(&conn, f));
+        let hook_file = file.clone();
         let readers = match wal_file {
             Some(p)
                 if options.locking_mode == LockingMode::Normal && options.readers != Some(0) =>
@@ -286,6 +286,9 @@ impl SqliteEngine {
             }
             _ => None,
         };
+        // Set last: nothing between here and `Inner` can fail, so the hook's
+        // state is never dropped while the connection still calls it.
+        let hook = hook_file.map(|f| snapshots::CommitHook::set(&conn, f, options.busy_timeout));
         Ok(SqliteEngine {
             readers,
             exposed,
@@ -326,6 +329,13 @@ impl SqliteEngine {
     /// SQL the ORM does not speak, such as reports and maintenance. Bind
     /// values; never splice them. [`SqliteTx::with_connection`] runs inside
     /// a transaction.
+    ///
+    /// On a WAL file, the readers ([`SqliteOptions::readers`]) keep no
+    /// snapshot between reads while `f` runs, so a `PRAGMA
+    /// wal_checkpoint(TRUNCATE)` there waits only for the reads under way;
+    /// a `PRAGMA wal_autocheckpoint=N` is kept. Taking the file out of WAL
+    /// mode needs every connection but this one closed: once a reader has
+    /// opened, it fails with "database is locked".
     pub fn with_connection<R>(
         &self,
         f: impl FnOnce(&Connection) -> rusqlite::Result<R>,
@@ -748,20 +758,21 @@ fn find_table<T: AsRef<TableSql>>(tables: &[T], table: &Table) -> Option<usize> 
 }
 
 impl Inner {
-    /// Runs a caller's own code on the connection. Idle readers' snapshots
-    /// are ended first (a checkpoint that truncates the log, or a change of
-    /// journal mode, waits for none of them), and a `PRAGMA
-    /// wal_autocheckpoint` it ran replaces the commit hook with SQLite's
-    /// own, which is set back, with that size.
+    /// Runs a caller's own code on the connection; on a WAL file, see
+    /// [`snapshots::CommitHook::around`].
     fn around_own_use<R>(&self, f: impl FnOnce(&Connection) -> rusqlite::Result<R>) -> Result<R> {
+        match &self.hook {
+            Some(h) => h.around(&self.conn, f),
+            None => f(&self.conn),
+        }
+        .map_err(eng)
+    }
+
+    /// Ends the idle readers' snapshots on a WAL file (see [`snapshots`]).
+    fn end_idle_snapshots(&self) {
         if let Some(h) = &self.hook {
             h.end_idle_snapshots();
         }
-        let r = f(&self.conn);
-        if let Some(h) = &self.hook {
-            h.reinstate(&self.conn);
-        }
-        r.map_err(eng)
     }
 
     fn table(&mut self, table: &Table) -> Result<usize> {

@@ -163,18 +163,23 @@ impl SqliteOptions {
     /// takes no lock at all: by ID, one thread reads about 1.3× as fast as on
     /// the writer, and two threads twice as fast as one (each beginning its
     /// own transaction, they shared the WAL index's locks at every read and
-    /// reached 1.1–1.6×). What a read sees is as above. A snapshot
-    /// kept by an idle reader would keep the log from being checkpointed and
-    /// started again, so every commit made in this process on the file
-    /// (through any engine) ends the idle readers' snapshots, and checkpoints
-    /// as SQLite's auto-checkpoint does (every 1,000 frames, or the size a
-    /// `PRAGMA wal_autocheckpoint` asks through
-    /// [`crate::SqliteEngine::with_connection`], which also ends them before
-    /// running its code). A thread whose reads follow writes reads on the
-    /// writer (a reader's page cache starts empty after a commit, the
-    /// writer's is warm); its first read, and two reads with no commit
-    /// between them, move it to a reader. Without `one_process`, another process's commits would end no
-    /// snapshot here, so each read begins its own.
+    /// reached 1.1–1.6×). What a read sees is as above. A kept snapshot
+    /// keeps the log from starting again, so every commit made through a
+    /// `SqliteEngine` of this process on the file ends the idle readers'
+    /// snapshots, and checkpoints as SQLite's auto-checkpoint does (at
+    /// 1,000 frames, or the size a `PRAGMA wal_autocheckpoint` asks through
+    /// [`crate::SqliteEngine::with_connection`]); from that size on, until
+    /// the log starts again, readers end their transaction after each read,
+    /// as without kept snapshots, and a log twice that size is checkpointed
+    /// waiting up to 100 ms for the reads under way. The `-wal` file stays
+    /// near twice the auto-checkpoint size (8 MB at the default), however
+    /// many threads read. A commit made around the engines (another
+    /// connection of this process) is seen by the next read all the same,
+    /// but ends no snapshot. A thread whose reads follow writes reads on
+    /// the writer (a reader's page cache starts empty after a commit, the
+    /// writer's is warm); two reads with no commit between them move it to
+    /// a reader. Without `one_process`, another process's commits would end
+    /// no snapshot here, so each read begins its own.
     ///
     /// Readers open the file read-only (through `unix-excl`,
     /// [`SqliteOptions::one_process`], read-write with `PRAGMA query_only`:

@@ -46,6 +46,8 @@ pub(crate) struct Readers {
     /// their snapshot between reads (no other process can open it): `None`
     /// begins a snapshot at each read.
     file: Option<Arc<SameFile>>,
+    /// See [`Readers::quiet_since_last_look`].
+    looked: std::sync::atomic::AtomicU64,
 }
 
 /// One reader connection and its kept statements.
@@ -69,28 +71,30 @@ struct Keep {
     begin: RawStmt,
     commit: RawStmt,
     file: Arc<SameFile>,
-    /// Where the connection maps the WAL index, known from its first
-    /// snapshot on.
+    /// Where the connection maps the WAL index, known once a read
+    /// transaction of it was open in WAL mode.
     index: Option<WalIndex>,
+    /// Whether the file is in WAL mode, once asked: a file another
+    /// connection took out of it is read one transaction per read.
+    wal: Option<bool>,
     /// The header read just before the snapshot began: while the header
     /// is still this, nothing has been committed since, and the snapshot
-    /// is the last commit. `None`: unknown, so it is begun again.
+    /// is the last commit. `None`: unknown, so the transaction is ended
+    /// when the reader is handed back.
     seen: Option<Header>,
-    /// Whether a snapshot of ours is open, counted in the file's `held`.
+    /// Whether a transaction of ours is open, counted in the file's `held`.
     holding: bool,
-    /// The header's change counter when this reader last looked.
-    looked: Option<u32>,
+    /// The file's commit count when this reader was last considered.
+    looked: Option<u64>,
 }
 
 impl Keep {
-    /// Whether the connection is inside the read transaction kept.
-    fn open(&self) -> bool {
-        self.holding && self.begin.in_transaction()
-    }
-
+    /// Whether the connection is inside the read transaction kept, and
+    /// nothing was committed since it began.
     fn current(&self) -> bool {
-        self.open()
-            && matches!((self.index, &self.seen), (Some(ix), Some(seen)) if ix.header() == *seen)
+        self.holding
+            && self.begin.in_transaction()
+            && matches!((self.index, &self.seen), (Some(ix), Some(seen)) if ix.header().as_ref() == Some(seen))
     }
 
     /// Before a use of the reader: keeps its snapshot while it is the last
@@ -98,35 +102,71 @@ impl Keep {
     /// the new snapshot begins (at the caller's first statement), so the
     /// snapshot is at least as new as the header kept: a commit made after
     /// the header was read changes it and begins a snapshot again, one made
-    /// before is in the snapshot.
+    /// before is in the snapshot. While the file's readers drain, and when
+    /// the header cannot tell (not in WAL mode), the reader reads without
+    /// a transaction of ours, one per statement.
     fn fresh(&mut self) -> rusqlite::Result<()> {
-        if self.current() {
+        let draining = self.file.draining();
+        if !draining && self.current() {
             return Ok(());
         }
-        if self.index.is_none() {
-            // Mapped by the snapshot about to end, if there is one.
-            self.index = WalIndex::of(&self.begin);
-        }
         self.end()?;
-        self.seen = self.index.map(WalIndex::header);
-        self.looked = self.seen.map(|h| h[crate::snapshots::CHANGE_WORD]);
+        if draining || self.wal == Some(false) {
+            return Ok(());
+        }
+        self.seen = match self.index {
+            Some(ix) => match ix.header() {
+                Some(h) => Some(h),
+                None => return Ok(()),
+            },
+            // A transaction is begun anyway: its first read maps the index,
+            // found when the reader is handed back.
+            None => None,
+        };
         self.begin.execute()?;
         self.holding = true;
         self.file.held();
+        self.looked = Some(self.file.commits());
         Ok(())
     }
 
-    /// Whether nothing was committed since this reader last looked (or
-    /// began its snapshot): the header's change counter is the same.
+    /// When the reader is handed back: the index is looked for while a read
+    /// transaction is open, and the transaction ends unless it is to be
+    /// kept (the header was known when it began, and the readers are not
+    /// draining).
+    fn handed_back(&mut self, conn: &Connection) -> rusqlite::Result<()> {
+        if !self.holding {
+            return Ok(());
+        }
+        if self.index.is_none() && self.wal.is_none() {
+            // Asked of the connection itself: a file taken out of WAL mode
+            // before this reader opened is not, and mapping the index of
+            // such a file would make SQLite a shared-memory file it never
+            // unmaps.
+            let mode: String = conn.query_row("PRAGMA journal_mode", [], |r| r.get(0))?;
+            let wal = mode.eq_ignore_ascii_case("wal");
+            self.wal = Some(wal);
+            if wal {
+                self.index = WalIndex::of(&self.begin);
+                if self.index.is_none() {
+                    self.wal = None;
+                }
+            }
+        }
+        if self.seen.is_none() || self.file.draining() {
+            self.end()?;
+        }
+        Ok(())
+    }
+
+    /// Whether no commit was made through the file's engines since this
+    /// reader was last considered.
     fn quiet(&mut self) -> bool {
-        let Some(ix) = self.index else {
-            return true;
-        };
-        let now = ix.change();
+        let now = self.file.commits();
         self.looked.replace(now) == Some(now)
     }
 
-    /// Ends the snapshot kept, if any.
+    /// Ends the transaction kept, if any.
     fn end(&mut self) -> rusqlite::Result<()> {
         if self.begin.in_transaction() {
             self.commit.execute()?;
@@ -200,7 +240,7 @@ fn home() -> usize {
 /// ID on two processors went from 0.79–0.87 to 0.92–0.98 of two threads'
 /// rate with four readers instead of two.
 pub(crate) fn default_count() -> usize {
-    std::thread::available_parallelism().map_or(2, |n| n.get().clamp(4, 8))
+    std::thread::available_parallelism().map_or(4, |n| n.get().clamp(4, 8))
 }
 
 impl Readers {
@@ -226,6 +266,7 @@ impl Readers {
             #[cfg(feature = "encryption")]
             key: Mutex::new(key),
             file,
+            looked: std::sync::atomic::AtomicU64::new(0),
         }
     }
 
@@ -276,9 +317,12 @@ impl Readers {
         let Some(mut slot) = self.try_take() else {
             return Ok(None);
         };
-        let worth = match slot.as_mut().and_then(|r| r.keep.as_mut()) {
-            None => true,
-            Some(k) => k.current() || k.quiet(),
+        let worth = match slot.as_mut() {
+            None => self.quiet_since_last_look(),
+            Some(r) => r
+                .keep
+                .as_mut()
+                .is_some_and(|k| (k.current() && !k.file.draining()) || k.quiet()),
         };
         if worth {
             return self.guard(slot).map(Some);
@@ -286,6 +330,17 @@ impl Readers {
         drop(slot);
         self.handed_back();
         Ok(None)
+    }
+
+    /// For a slot with no reader yet: whether no commit was made through
+    /// the file's engines since the last time one was found so.
+    fn quiet_since_last_look(&self) -> bool {
+        let Some(file) = &self.file else {
+            return false;
+        };
+        // Stored one above the count, so that 0 is "never looked".
+        let now = file.commits() + 1;
+        self.looked.swap(now, Ordering::Relaxed) == now
     }
 
     /// Ends the snapshots of the readers no one is using.
@@ -440,6 +495,7 @@ impl Readers {
                 commit: RawStmt::prepare(&conn, "COMMIT").map_err(eng)?,
                 file: file.clone(),
                 index: None,
+                wal: None,
                 seen: None,
                 holding: false,
                 looked: None,
@@ -476,6 +532,16 @@ pub(crate) struct ReaderGuard<'a> {
 
 impl Drop for ReaderGuard<'_> {
     fn drop(&mut self) {
+        if let Some(slot) = self.slot.as_mut() {
+            let failed = slot
+                .as_mut()
+                .and_then(|r| Some(r.keep.as_mut()?.handed_back(&r.conn)))
+                .is_some_and(|done| done.is_err());
+            if failed {
+                // Closing the reader ends its transaction.
+                **slot = None;
+            }
+        }
         // Unlocked first: a waiter woken while the slot is still held would
         // find it taken and sleep through the signal meant for it.
         drop(self.slot.take());

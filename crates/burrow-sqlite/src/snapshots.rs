@@ -13,14 +13,29 @@
 //! last commit. That check is a few loads from memory every connection of
 //! the file shares, written under SQLite's own barriers.
 //!
-//! A snapshot kept while its reader is idle would stop the WAL from
-//! restarting: checkpoints cannot copy the frames committed after it, and
-//! the log would grow with every write. So every commit of a writer of the
-//! file in this process (its `sqlite3_wal_hook`, [`CommitHook`]) ends the
-//! snapshots of the readers idle at that moment, on every engine of this
-//! process that has the file open ([`SameFile`]). That is why snapshots are
-//! kept only when no other process can open the file: another process's
-//! commits would reach no hook here.
+//! A kept snapshot holds one of the WAL index's read marks, and the log
+//! starts again from its beginning only when a writer finds every frame
+//! checkpointed and no read mark taken: readers that keep snapshots at all
+//! times would let it grow with every commit. So every commit made through
+//! a [`crate::SqliteEngine`] on the file in this process (its
+//! `sqlite3_wal_hook`, [`CommitHook`], on every engine of this process that
+//! has the file open: [`SameFile`]) ends the snapshots of the readers idle
+//! at that moment; and once a commit leaves the log at the auto-checkpoint
+//! size, the file's readers *drain*: until a commit finds the log started
+//! again, each ends its read transaction when it is handed back, and reads
+//! without one, as without kept snapshots, so that the checkpoint can reach
+//! the log's end and the next writer restart it. Readers that never all
+//! pause at once can still keep a passive checkpoint short of the end, so a
+//! log grown to twice its size is checkpointed waiting (briefly) for the
+//! reads under way: the `-wal` file stays near twice the auto-checkpoint
+//! size however many threads read. A caller's own use of the writer's
+//! connection (`with_connection`) drains them too, for a checkpoint that
+//! truncates the log. That is why snapshots are kept only when no other
+//! process can open the file: another process's commits would reach no hook
+//! here. Nor do commits of this process made around the engines (another
+//! connection of its own, a backup copied into the file): reads see them
+//! (the header changes), but an idle reader's snapshot keeps the log from
+//! starting again until an engine's next commit.
 //!
 //! The WAL index header's layout (48 bytes, written twice, the copy at
 //! offset 0 last) is part of SQLite's documented file format
@@ -32,8 +47,9 @@ use std::cell::Cell;
 use std::ffi::{c_char, c_int, c_void};
 use std::path::Path;
 use std::ptr::NonNull;
-use std::sync::atomic::{AtomicU32, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, PoisonError, Weak};
+use std::time::Duration;
 
 use rusqlite::{ffi, Connection};
 
@@ -44,8 +60,11 @@ use crate::readers::Readers;
 const HEADER_WORDS: usize = 12;
 /// The size SQLite maps the WAL index in (`WALINDEX_PGSZ`).
 const INDEX_REGION: c_int = 32768;
-/// The word of the header that every write of it changes (`iChange`).
-pub(crate) const CHANGE_WORD: usize = 2;
+/// The header's version word (`iVersion`) in a WAL index SQLite has
+/// built; a region it has not (a file not in WAL mode) holds zeros.
+const INDEX_VERSION: u32 = 3_007_000;
+/// The word whose low byte is `isInit`, 1 once the header is built.
+const INIT_WORD: usize = 3;
 /// SQLite's own auto-checkpoint, which the commit hook replaces: a passive
 /// checkpoint after a commit that leaves the log at 1,000 frames or more.
 const DEFAULT_AUTOCHECKPOINT: c_int = 1000;
@@ -102,19 +121,18 @@ impl WalIndex {
     fn word(self, i: usize) -> u32 {
         // SAFETY: the region is at least 48 bytes, aligned for its words,
         // and mapped while the connection it came from is open (its owner
-        // keeps it only that long); other connections write it, so it is
-        // read atomically.
+        // keeps it only that long). Other connections write it with plain
+        // stores; it is read atomically, word by word, the way SQLite's own
+        // readers read it (a read torn by a commit in progress differs from
+        // the header kept, and only begins a snapshot again).
         unsafe { AtomicU32::from_ptr(self.0.as_ptr().add(i)) }.load(Ordering::Relaxed)
     }
 
-    /// The header's first copy, the one a commit writes last.
-    pub(crate) fn header(self) -> Header {
-        std::array::from_fn(|i| self.word(i))
-    }
-
-    /// The header's change counter: different after every commit.
-    pub(crate) fn change(self) -> u32 {
-        self.word(CHANGE_WORD)
+    /// The header's first copy, the one a commit writes last, if SQLite
+    /// has built it (else nothing tells whether a commit was made).
+    pub(crate) fn header(self) -> Option<Header> {
+        let h: Header = std::array::from_fn(|i| self.word(i));
+        (h[0] == INDEX_VERSION && h[INIT_WORD].to_le_bytes()[0] == 1).then_some(h)
     }
 }
 
@@ -148,6 +166,14 @@ pub(crate) struct SameFile {
     /// How many readers of the file keep a snapshot: a commit while none
     /// does has nothing to end (one load, not a lock, per commit).
     held: AtomicUsize,
+    /// Commits made through the file's engines: whether any was made
+    /// between two reads of a thread decides where it reads.
+    commits: AtomicU64,
+    /// Set by a commit that left the log at the auto-checkpoint size,
+    /// cleared by one that found it started again.
+    log_full: AtomicBool,
+    /// Callers' own uses of a writer connection under way.
+    own_uses: AtomicUsize,
     pools: Mutex<Vec<Weak<Readers>>>,
 }
 
@@ -166,6 +192,9 @@ impl SameFile {
         let f = Arc::new(SameFile {
             id,
             held: AtomicUsize::new(0),
+            commits: AtomicU64::new(0),
+            log_full: AtomicBool::new(false),
+            own_uses: AtomicUsize::new(0),
             pools: Mutex::new(Vec::new()),
         });
         files.push(Arc::downgrade(&f));
@@ -187,6 +216,26 @@ impl SameFile {
     /// A reader ended the snapshot it kept.
     pub(crate) fn let_go(&self) {
         self.held.fetch_sub(1, Ordering::AcqRel);
+    }
+
+    /// Whether readers end their read transaction when handed back, and
+    /// read without one, so that the log can be checkpointed to its end
+    /// and started again.
+    pub(crate) fn draining(&self) -> bool {
+        self.log_full.load(Ordering::Relaxed) || self.own_uses.load(Ordering::Relaxed) > 0
+    }
+
+    /// How many commits the file's engines have made.
+    pub(crate) fn commits(&self) -> u64 {
+        self.commits.load(Ordering::Relaxed)
+    }
+
+    /// A commit through an engine of the file, leaving the log full (at the
+    /// auto-checkpoint size) or not.
+    fn committed(&self, log_full: bool) {
+        self.commits.fetch_add(1, Ordering::Relaxed);
+        self.log_full.store(log_full, Ordering::Relaxed);
+        self.end_idle_snapshots();
     }
 
     /// Ends the snapshot of every idle reader of the file (one in use ends
@@ -218,7 +267,21 @@ struct HookState {
     file: Arc<SameFile>,
     /// Frames in the log that make a commit checkpoint (0: never).
     autocheckpoint: Cell<c_int>,
+    /// The connection's busy timeout, in milliseconds, set back after a
+    /// checkpoint that waited less.
+    busy_ms: c_int,
+    /// The log's size in frames at which the next checkpoint waits for the
+    /// reads under way (see [`committed`]).
+    wait_at: Cell<c_int>,
 }
+
+/// How long a checkpoint of a log grown to [`STARVED`] times its
+/// auto-checkpoint size waits for the reads under way: long enough for any
+/// read by ID or page of a list, short enough that a long scan holds up
+/// the commit that called it by no more than this.
+const STARVED_WAIT_MS: c_int = 100;
+/// See [`STARVED_WAIT_MS`].
+const STARVED: c_int = 2;
 
 // SAFETY: the state is used only on the thread that holds the writer's
 // connection (its commit hook runs inside its calls), which the engine's
@@ -234,27 +297,54 @@ unsafe extern "C" fn committed(
     // SAFETY: `arg` is the live `HookState` this hook was set with; it is
     // freed only after the connection that calls the hook has closed.
     let state = unsafe { &*arg.cast::<HookState>() };
+    let every = state.autocheckpoint.get();
+    let full = every > 0 && frames >= every;
     // A panic must not unwind into SQLite; the commit itself is done, and
     // a snapshot left open is ended at its reader's next read.
     let _ = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
-        state.file.end_idle_snapshots();
+        state.file.committed(full);
     }));
-    let every = state.autocheckpoint.get();
-    if every > 0 && frames >= every {
-        // SAFETY: called back by SQLite on this connection, as SQLite's own
-        // hook does; a checkpoint that cannot run now returns busy, which
-        // the next commit retries.
+    if !full {
+        state.wait_at.set(every.saturating_mul(STARVED));
+        return ffi::SQLITE_OK;
+    }
+    // SAFETY (both calls): called back by SQLite on this connection, as
+    // SQLite's own hook calls its checkpoint; a checkpoint that cannot
+    // finish now returns busy, and a later commit tries again.
+    if frames < state.wait_at.get() {
         unsafe { ffi::sqlite3_wal_checkpoint(db, schema) };
+        return ffi::SQLITE_OK;
+    }
+    // The log has grown to several times its size: readers that never all
+    // pause at once (each holds a read mark while it reads) keep a passive
+    // checkpoint from reaching its end, and the log from starting again.
+    // This one waits, briefly, until every read under way has moved to the
+    // last commit (the readers drain meanwhile, so none holds a snapshot
+    // between reads), then the next commit starts the log again. Tried
+    // again only once the log has grown by its size again.
+    state.wait_at.set(frames.saturating_add(every));
+    unsafe {
+        ffi::sqlite3_busy_timeout(db, STARVED_WAIT_MS.min(state.busy_ms));
+        ffi::sqlite3_wal_checkpoint_v2(
+            db,
+            schema,
+            ffi::SQLITE_CHECKPOINT_RESTART,
+            std::ptr::null_mut(),
+            std::ptr::null_mut(),
+        );
+        ffi::sqlite3_busy_timeout(db, state.busy_ms);
     }
     ffi::SQLITE_OK
 }
 
 impl CommitHook {
     /// Sets the hook on the writer connection of the file `file`.
-    pub(crate) fn set(conn: &Connection, file: Arc<SameFile>) -> CommitHook {
+    pub(crate) fn set(conn: &Connection, file: Arc<SameFile>, busy: Duration) -> CommitHook {
         let state = Box::new(HookState {
             file,
             autocheckpoint: Cell::new(DEFAULT_AUTOCHECKPOINT),
+            busy_ms: c_int::try_from(busy.as_millis()).unwrap_or(c_int::MAX),
+            wait_at: Cell::new(DEFAULT_AUTOCHECKPOINT * STARVED),
         });
         let hook = CommitHook(NonNull::from(Box::leak(state)));
         hook.install(conn);
@@ -273,16 +363,39 @@ impl CommitHook {
         }
     }
 
+    fn file(&self) -> &SameFile {
+        // SAFETY: the state is live while the hook is; `file` is only read.
+        &unsafe { self.0.as_ref() }.file
+    }
+
     /// Ends the file's idle snapshots, as a commit does.
     pub(crate) fn end_idle_snapshots(&self) {
-        // SAFETY: the state is live; only this thread uses it now.
-        unsafe { self.0.as_ref() }.file.end_idle_snapshots();
+        self.file().end_idle_snapshots();
+    }
+
+    /// Runs a caller's own code on the writer's connection `conn`. The
+    /// file's readers drain meanwhile (a checkpoint that truncates the log
+    /// waits only for the reads under way, as without kept snapshots), and
+    /// the hook is set again afterwards, even if `f` panics: a `PRAGMA
+    /// wal_autocheckpoint` run there replaced it with SQLite's own.
+    pub(crate) fn around<R>(&self, conn: &Connection, f: impl FnOnce(&Connection) -> R) -> R {
+        struct Use<'a>(&'a CommitHook, &'a Connection);
+        impl Drop for Use<'_> {
+            fn drop(&mut self) {
+                self.0.reinstate(self.1);
+                self.0.file().own_uses.fetch_sub(1, Ordering::Relaxed);
+            }
+        }
+        self.file().own_uses.fetch_add(1, Ordering::Relaxed);
+        let _use = Use(self, conn);
+        self.end_idle_snapshots();
+        f(conn)
     }
 
     /// After the caller's own use of the connection: a `PRAGMA
     /// wal_autocheckpoint` made there replaced this hook with SQLite's
     /// own, so it is set again, with the size asked for.
-    pub(crate) fn reinstate(&self, conn: &Connection) {
+    fn reinstate(&self, conn: &Connection) {
         // Reads the size only while SQLite's hook is the one set (0 when
         // this one is): taken before the hook is set again.
         let asked: c_int = conn
