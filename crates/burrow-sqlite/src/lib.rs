@@ -1020,10 +1020,14 @@ impl At<'_> {
     /// nor for an open transaction. A thread that once found the writer
     /// taken reads on a free reader first from then on
     /// ([`readers::sticks_to_reader`]), and on the writer only when every
-    /// reader is taken.
-    fn read_conn(&self) -> Result<ReadConn<'_>> {
+    /// reader is taken. A read by ID (`by_id`) first tries a reader that
+    /// keeps its snapshot ([`readers::Readers::take_current`]): it skips
+    /// the read transaction, about half of such a read. A scan gains little
+    /// from that, and a reader's page cache may be cold where the writer's
+    /// is warm, so it does not.
+    fn read_conn(&self, by_id: bool) -> Result<ReadConn<'_>> {
         if let (Some(pool), None) = (&self.engine.readers, self.tx) {
-            if pool.keeps_snapshots() {
+            if by_id && pool.keeps_snapshots() {
                 if let Some(g) = pool.take_current()? {
                     return Ok(ReadConn::Reader(g));
                 }
@@ -1099,7 +1103,7 @@ impl RowOps for At<'_> {
         id: i64,
         out: &mut dyn FnMut(&dyn Row) -> Result<()>,
     ) -> Result<bool> {
-        let mut g = match self.read_conn()? {
+        let mut g = match self.read_conn(true)? {
             ReadConn::Reader(mut r) => {
                 let t = r.table(table)?;
                 let (stmt, times) = r.reader().by_id(t);
@@ -1120,7 +1124,7 @@ impl RowOps for At<'_> {
     ) -> Result<()> {
         let mut each = |row: &RawStmt| out(&SqlRow(row));
         let page = |paged: bool| paged.then_some((select.limit, select.offset));
-        let mut g = match self.read_conn()? {
+        let mut g = match self.read_conn(false)? {
             ReadConn::Reader(mut g) => {
                 let t = g.table(table)?;
                 let r = g.reader();
@@ -1152,7 +1156,7 @@ impl RowOps for At<'_> {
             };
             Ok(())
         };
-        match self.read_conn()? {
+        match self.read_conn(false)? {
             ReadConn::Reader(mut g) => {
                 g.table(table)?;
                 let (stmt, times) = g.reader().kept(&s)?;
@@ -1185,7 +1189,7 @@ impl RowOps for At<'_> {
         };
         let page = |paged: bool| paged.then_some((select.limit, select.offset));
         let params = &select.filter.params;
-        match self.read_conn()? {
+        match self.read_conn(false)? {
             ReadConn::Reader(mut g) => {
                 let t = g.table(table)?;
                 let r = g.reader();
@@ -1254,7 +1258,7 @@ impl SqlHost for At<'_> {
         // and SQL a reader cannot prepare is tried there too, which also
         // gives the writer's word on SQL that is wrong.
         let mut g = if self.engine.exposed.is_empty() {
-            match self.read_conn()? {
+            match self.read_conn(false)? {
                 ReadConn::Reader(mut g) => {
                     if let Ok((stmt, times)) = g.reader().kept(sql) {
                         return sql_select_on(stmt, times, table, params, out);

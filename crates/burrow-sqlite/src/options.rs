@@ -175,10 +175,12 @@ impl SqliteOptions {
     /// near twice the auto-checkpoint size (8 MB at the default), however
     /// many threads read. A commit made around the engines (another
     /// connection of this process) is seen by the next read all the same,
-    /// but ends no snapshot. A thread whose reads follow writes reads on
-    /// the writer (a reader's page cache starts empty after a commit, the
-    /// writer's is warm); two reads with no commit between them move it to
-    /// a reader. Without `one_process`, another process's commits would end
+    /// but ends no snapshot. A thread whose reads by ID follow writes reads
+    /// on the writer (a reader's page cache starts empty after a commit, the
+    /// writer's is warm); two reads by ID with no commit between them move
+    /// it to a reader. Scans (selects, counts, SQL) go where they went
+    /// without kept snapshots: they gain little from skipping a transaction,
+    /// and a reader's cold cache would cost them more. Without `one_process`, another process's commits would end
     /// no snapshot here, so each read begins its own.
     ///
     /// Readers open the file read-only (through `unix-excl`,
