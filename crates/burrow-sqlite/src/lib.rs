@@ -333,7 +333,9 @@ impl SqliteEngine {
     /// On a WAL file, the readers ([`SqliteOptions::readers`]) keep no
     /// snapshot between reads while `f` runs, so a `PRAGMA
     /// wal_checkpoint(TRUNCATE)` there waits only for the reads under way;
-    /// a `PRAGMA wal_autocheckpoint=N` is kept. Taking the file out of WAL
+    /// a `PRAGMA wal_autocheckpoint=N` or `PRAGMA busy_timeout=N` is kept
+    /// (a commit's waiting checkpoint sets the latter back after lowering
+    /// it). Taking the file out of WAL
     /// mode needs every connection but this one closed: once a reader has
     /// opened, it fails with "database is locked".
     pub fn with_connection<R>(

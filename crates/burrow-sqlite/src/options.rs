@@ -171,16 +171,20 @@ impl SqliteOptions {
     /// [`crate::SqliteEngine::with_connection`]); from that size on, until
     /// the log starts again, readers end their transaction after each read,
     /// as without kept snapshots, and a log twice that size is checkpointed
-    /// waiting up to 100 ms for the reads under way. The `-wal` file stays
-    /// near twice the auto-checkpoint size (8 MB at the default), however
-    /// many threads read. A commit made around the engines (another
+    /// waiting up to 100 ms (or the busy timeout, if shorter) for the reads
+    /// under way. With reads by ID, the `-wal` file stays near two to three
+    /// times the auto-checkpoint size (8–12 MB at the default), however
+    /// many threads read; a read longer than the wait (a long scan) holds
+    /// the log as it does without kept snapshots, and the next waiting
+    /// checkpoint comes once the log has doubled. A commit made around the engines (another
     /// connection of this process) is seen by the next read all the same,
     /// but ends no snapshot. A thread whose reads by ID follow writes reads
     /// on the writer (a reader's page cache starts empty after a commit, the
     /// writer's is warm); two reads by ID with no commit between them move
-    /// it to a reader. Scans (selects, counts, SQL) go where they went
-    /// without kept snapshots: they gain little from skipping a transaction,
-    /// and a reader's cold cache would cost them more. Without `one_process`, another process's commits would end
+    /// it to a reader. Scans (selects, counts, SQL) are not moved to a
+    /// reader so: they gain little from skipping a transaction, and a
+    /// reader's cold cache would cost them more (a scan that finds the
+    /// writer taken runs on a free reader, as before). Without `one_process`, another process's commits would end
     /// no snapshot here, so each read begins its own.
     ///
     /// Readers open the file read-only (through `unix-excl`,

@@ -27,15 +27,19 @@
 //! the log's end and the next writer restart it. Readers that never all
 //! pause at once can still keep a passive checkpoint short of the end, so a
 //! log grown to twice its size is checkpointed waiting (briefly) for the
-//! reads under way: the `-wal` file stays near twice the auto-checkpoint
-//! size however many threads read. A caller's own use of the writer's
+//! reads under way: with reads by ID, the `-wal` file stays near two to
+//! three times the auto-checkpoint size however many threads read. A read
+//! longer than that wait (a long scan) holds the log as it would without
+//! kept snapshots, and the next waiting checkpoint comes once the log has
+//! doubled. A checkpoint that copies the whole log ends the draining at
+//! once (a snapshot begun then reads none of the log). A caller's own use of the writer's
 //! connection (`with_connection`) drains them too, for a checkpoint that
 //! truncates the log. That is why snapshots are kept only when no other
 //! process can open the file: another process's commits would reach no hook
 //! here. Nor do commits of this process made around the engines (another
-//! connection of its own, a backup copied into the file): reads see them
-//! (the header changes), but an idle reader's snapshot keeps the log from
-//! starting again until an engine's next commit.
+//! connection of its own): reads see them (the header changes), but an
+//! idle reader's snapshot keeps the log from starting again until an
+//! engine's next commit (a restore through the engine ends them itself).
 //!
 //! The WAL index header's layout (48 bytes, written twice, the copy at
 //! offset 0 last) is part of SQLite's documented file format
@@ -132,7 +136,7 @@ impl WalIndex {
     /// has built it (else nothing tells whether a commit was made).
     pub(crate) fn header(self) -> Option<Header> {
         let h: Header = std::array::from_fn(|i| self.word(i));
-        (h[0] == INDEX_VERSION && h[INIT_WORD].to_le_bytes()[0] == 1).then_some(h)
+        (h[0] == INDEX_VERSION && h[INIT_WORD].to_ne_bytes()[0] == 1).then_some(h)
     }
 }
 
@@ -268,8 +272,9 @@ struct HookState {
     /// Frames in the log that make a commit checkpoint (0: never).
     autocheckpoint: Cell<c_int>,
     /// The connection's busy timeout, in milliseconds, set back after a
-    /// checkpoint that waited less.
-    busy_ms: c_int,
+    /// checkpoint that waited less (as last set: through the options, or a
+    /// `PRAGMA busy_timeout` run through `with_connection`).
+    busy_ms: Cell<c_int>,
     /// The log's size in frames at which the next checkpoint waits for the
     /// reads under way (see [`committed`]).
     wait_at: Cell<c_int>,
@@ -308,31 +313,54 @@ unsafe extern "C" fn committed(
         state.wait_at.set(every.saturating_mul(STARVED));
         return ffi::SQLITE_OK;
     }
-    // SAFETY (both calls): called back by SQLite on this connection, as
+    let (mut log, mut copied) = (0, 0);
+    // SAFETY (all calls): called back by SQLite on this connection, as
     // SQLite's own hook calls its checkpoint; a checkpoint that cannot
     // finish now returns busy, and a later commit tries again.
     if frames < state.wait_at.get() {
-        unsafe { ffi::sqlite3_wal_checkpoint(db, schema) };
-        return ffi::SQLITE_OK;
+        unsafe {
+            ffi::sqlite3_wal_checkpoint_v2(
+                db,
+                schema,
+                ffi::SQLITE_CHECKPOINT_PASSIVE,
+                &mut log,
+                &mut copied,
+            )
+        };
+    } else {
+        // The log has grown to several times its size: readers that never
+        // all pause at once (each holds a read mark while it reads) keep a
+        // passive checkpoint from reaching its end, and the log from
+        // starting again. This one waits, briefly, until every read under
+        // way has moved to the last commit (the readers drain meanwhile, so
+        // none holds a snapshot between reads), then the next commit starts
+        // the log again. A read longer than the wait (a long scan) holds
+        // the log as it would without kept snapshots: the next try waits
+        // until the log has doubled, so that such reads cost the writer a
+        // wait of 100 ms at most once per doubling, not once per 1,000
+        // frames.
+        state
+            .wait_at
+            .set(frames.saturating_mul(2).max(frames.saturating_add(every)));
+        let busy = state.busy_ms.get();
+        unsafe {
+            ffi::sqlite3_busy_timeout(db, STARVED_WAIT_MS.min(busy));
+            ffi::sqlite3_wal_checkpoint_v2(
+                db,
+                schema,
+                ffi::SQLITE_CHECKPOINT_RESTART,
+                &mut log,
+                &mut copied,
+            );
+            ffi::sqlite3_busy_timeout(db, busy);
+        }
     }
-    // The log has grown to several times its size: readers that never all
-    // pause at once (each holds a read mark while it reads) keep a passive
-    // checkpoint from reaching its end, and the log from starting again.
-    // This one waits, briefly, until every read under way has moved to the
-    // last commit (the readers drain meanwhile, so none holds a snapshot
-    // between reads), then the next commit starts the log again. Tried
-    // again only once the log has grown by its size again.
-    state.wait_at.set(frames.saturating_add(every));
-    unsafe {
-        ffi::sqlite3_busy_timeout(db, STARVED_WAIT_MS.min(state.busy_ms));
-        ffi::sqlite3_wal_checkpoint_v2(
-            db,
-            schema,
-            ffi::SQLITE_CHECKPOINT_RESTART,
-            std::ptr::null_mut(),
-            std::ptr::null_mut(),
-        );
-        ffi::sqlite3_busy_timeout(db, state.busy_ms);
+    if log >= 0 && copied == log {
+        // Every frame is in the database file: a snapshot begun now reads
+        // none of the log and holds no read mark that stops it starting
+        // again, so the readers keep snapshots again at once, not only from
+        // the next commit (which may be long in coming after a burst).
+        state.file.log_full.store(false, Ordering::Relaxed);
     }
     ffi::SQLITE_OK
 }
@@ -343,7 +371,7 @@ impl CommitHook {
         let state = Box::new(HookState {
             file,
             autocheckpoint: Cell::new(DEFAULT_AUTOCHECKPOINT),
-            busy_ms: c_int::try_from(busy.as_millis()).unwrap_or(c_int::MAX),
+            busy_ms: Cell::new(c_int::try_from(busy.as_millis()).unwrap_or(c_int::MAX)),
             wait_at: Cell::new(DEFAULT_AUTOCHECKPOINT * STARVED),
         });
         let hook = CommitHook(NonNull::from(Box::leak(state)));
@@ -401,9 +429,16 @@ impl CommitHook {
         let asked: c_int = conn
             .query_row("PRAGMA wal_autocheckpoint", [], |r| r.get(0))
             .unwrap_or(DEFAULT_AUTOCHECKPOINT);
+        // SAFETY: the state is live; only this thread uses it now.
+        let state = unsafe { self.0.as_ref() };
         if self.install(conn) != self.0.as_ptr().cast::<c_void>() {
-            // SAFETY: the state is live; only this thread uses it now.
-            unsafe { self.0.as_ref() }.autocheckpoint.set(asked);
+            state.autocheckpoint.set(asked);
+            state.wait_at.set(asked.saturating_mul(STARVED));
+        }
+        // The busy timeout a checkpoint sets back: the caller's, if it set
+        // one.
+        if let Ok(ms) = conn.query_row("PRAGMA busy_timeout", [], |r| r.get::<_, c_int>(0)) {
+            state.busy_ms.set(ms);
         }
     }
 }
