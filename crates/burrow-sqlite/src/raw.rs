@@ -78,12 +78,6 @@ impl RawStmt {
         Ok(raw)
     }
 
-    /// Whether the statement's connection is inside a transaction.
-    pub(crate) fn in_transaction(&self) -> bool {
-        // SAFETY: the connection is live while the statement is.
-        unsafe { ffi::sqlite3_get_autocommit(self.db) == 0 }
-    }
-
     /// The connection the statement was prepared on.
     pub(crate) fn db(&self) -> *mut ffi::sqlite3 {
         self.db

@@ -91,9 +91,9 @@ struct Keep {
 impl Keep {
     /// Whether the connection is inside the read transaction kept, and
     /// nothing was committed since it began.
-    fn current(&self) -> bool {
+    fn current(&self, conn: &Connection) -> bool {
         self.holding
-            && self.begin.in_transaction()
+            && !conn.is_autocommit()
             && matches!((self.index, &self.seen), (Some(ix), Some(seen)) if ix.header().as_ref() == Some(seen))
     }
 
@@ -105,12 +105,12 @@ impl Keep {
     /// before is in the snapshot. While the file's readers drain, and when
     /// the header cannot tell (not in WAL mode), the reader reads without
     /// a transaction of ours, one per statement.
-    fn fresh(&mut self) -> rusqlite::Result<()> {
+    fn fresh(&mut self, conn: &Connection) -> rusqlite::Result<()> {
         let draining = self.file.draining();
-        if !draining && self.current() {
+        if !draining && self.current(conn) {
             return Ok(());
         }
-        self.end()?;
+        self.end(conn)?;
         if draining || self.wal == Some(false) {
             return Ok(());
         }
@@ -154,7 +154,7 @@ impl Keep {
             }
         }
         if self.seen.is_none() || self.file.draining() {
-            self.end()?;
+            self.end(conn)?;
         }
         Ok(())
     }
@@ -167,8 +167,8 @@ impl Keep {
     }
 
     /// Ends the transaction kept, if any.
-    fn end(&mut self) -> rusqlite::Result<()> {
-        if self.begin.in_transaction() {
+    fn end(&mut self, conn: &Connection) -> rusqlite::Result<()> {
+        if !conn.is_autocommit() {
             self.commit.execute()?;
         }
         if std::mem::take(&mut self.holding) {
@@ -319,10 +319,9 @@ impl Readers {
         };
         let worth = match slot.as_mut() {
             None => self.quiet_since_last_look(),
-            Some(r) => r
-                .keep
+            Some(Reader { keep, conn, .. }) => keep
                 .as_mut()
-                .is_some_and(|k| (k.current() && !k.file.draining()) || k.quiet()),
+                .is_some_and(|k| (k.current(conn) && !k.file.draining()) || k.quiet()),
         };
         if worth {
             return self.guard(slot).map(Some);
@@ -351,8 +350,12 @@ impl Readers {
                 Err(TryLockError::Poisoned(p)) => p.into_inner(),
                 Err(TryLockError::WouldBlock) => continue,
             };
-            let failed = match slot.as_mut().and_then(|r| r.keep.as_mut()) {
-                Some(k) if k.holding => k.end().is_err(),
+            let failed = match slot.as_mut() {
+                Some(Reader {
+                    keep: Some(k),
+                    conn,
+                    ..
+                }) if k.holding => k.end(conn).is_err(),
                 _ => false,
             };
             if failed {
@@ -372,8 +375,13 @@ impl Readers {
         if slot.is_none() {
             *slot = Some(self.open()?);
         }
-        if let Some(k) = slot.as_mut().and_then(|r| r.keep.as_mut()) {
-            if let Err(e) = k.fresh() {
+        if let Some(Reader {
+            keep: Some(k),
+            conn,
+            ..
+        }) = slot.as_mut()
+        {
+            if let Err(e) = k.fresh(conn) {
                 *slot = None;
                 return Err(eng(e));
             }
