@@ -221,20 +221,18 @@ impl RawRow for LiteRow<'_> {
 
     #[inline]
     fn text(&self, col: usize) -> Result<Option<&str>> {
-        match self.0.cell(col) {
-            Ok(SqlValue::Text(t)) => burrow_sqlite::loaded_text(t, crate::ENGINE).map(Some),
-            Ok(_) => Ok(None),
+        match self.0.text_cell(col) {
+            Ok(Some(t)) => burrow_sqlite::loaded_text(t, crate::ENGINE).map(Some),
+            Ok(None) => Ok(None),
             Err(e) => Err(Error::engine(crate::ENGINE, e)),
         }
     }
 
     #[inline]
     fn int(&self, col: usize) -> Result<Option<i64>> {
-        match self.0.cell(col) {
-            Ok(SqlValue::Integer(i)) => Ok(Some(i)),
-            Ok(_) => Ok(None),
-            Err(e) => Err(Error::engine(crate::ENGINE, e)),
-        }
+        self.0
+            .int_cell(col)
+            .map_err(|e| Error::engine(crate::ENGINE, e))
     }
 }
 

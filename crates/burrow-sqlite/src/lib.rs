@@ -688,19 +688,16 @@ impl Row for SqlRow<'_> {
 /// Column `col` as text, if SQLite holds text there (UTF-8 checked).
 #[inline]
 fn text_at(row: &RawStmt, col: usize) -> Result<Option<&str>> {
-    match row.cell(col).map_err(eng)? {
-        SqlValue::Text(t) => loaded_text(t, ENGINE).map(Some),
-        _ => Ok(None),
+    match row.text_cell(col).map_err(eng)? {
+        Some(t) => loaded_text(t, ENGINE).map(Some),
+        None => Ok(None),
     }
 }
 
 /// Column `col` as an integer, if SQLite holds one there.
 #[inline]
 fn int_at(row: &RawStmt, col: usize) -> Result<Option<i64>> {
-    match row.cell(col).map_err(eng)? {
-        SqlValue::Integer(i) => Ok(Some(i)),
-        _ => Ok(None),
-    }
+    row.int_cell(col).map_err(eng)
 }
 
 /// A row of an arbitrary SELECT, its columns matched to a table's by name.

@@ -213,6 +213,46 @@ impl RawStmt {
         }
     }
 
+    /// Cell `col` of the current row as text, if SQLite holds text there:
+    /// [`RawStmt::cell`] for the one type a typed field asks for, without
+    /// making and matching the general value (a whole-table read calls it for
+    /// nearly every cell).
+    #[inline(always)]
+    pub fn text_cell(&self, col: usize) -> rusqlite::Result<Option<&[u8]>> {
+        if col >= self.column_count() {
+            return Err(rusqlite::Error::InvalidColumnIndex(col));
+        }
+        // SAFETY: as in `cell`: on a row, `col` in range, and the text valid
+        // until the next step or reset, which the borrow of `self` rules out.
+        unsafe {
+            let v = ffi::sqlite3_column_value(self.ptr(), col as c_int);
+            if ffi::sqlite3_value_type(v) != ffi::SQLITE_TEXT {
+                return Ok(None);
+            }
+            let t = ffi::sqlite3_value_text(v);
+            if t.is_null() {
+                return Err(failure(self.db, ffi::SQLITE_NOMEM));
+            }
+            let n = ffi::sqlite3_value_bytes(v);
+            Ok(Some(std::slice::from_raw_parts(t, n.max(0) as usize)))
+        }
+    }
+
+    /// Cell `col` of the current row as an integer, if SQLite holds one
+    /// there (see [`RawStmt::text_cell`]).
+    #[inline(always)]
+    pub fn int_cell(&self, col: usize) -> rusqlite::Result<Option<i64>> {
+        if col >= self.column_count() {
+            return Err(rusqlite::Error::InvalidColumnIndex(col));
+        }
+        // SAFETY: as in `cell`.
+        unsafe {
+            let v = ffi::sqlite3_column_value(self.ptr(), col as c_int);
+            Ok((ffi::sqlite3_value_type(v) == ffi::SQLITE_INTEGER)
+                .then(|| ffi::sqlite3_value_int64(v)))
+        }
+    }
+
     /// Cell `col` (0-based) of the current row.
     #[inline]
     pub fn cell(&self, col: usize) -> rusqlite::Result<SqlValue<'_>> {

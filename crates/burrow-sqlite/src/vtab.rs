@@ -347,6 +347,7 @@ unsafe impl<'vtab> VTab<'vtab> for VirtualTable {
         ddl.push(')');
         let ddl = CString::new(ddl)
             .map_err(|_| rusqlite::Error::ModuleError("a column name holds a NUL".into()))?;
+        crate::scan::start_early();
         let vtab = VirtualTable {
             base: ffi::sqlite3_vtab::default(),
             table,
@@ -474,6 +475,7 @@ unsafe impl<'vtab> VTab<'vtab> for VirtualTable {
             bytes: Vec::new(),
             row: 0,
             feed: None,
+            spent: None,
             streamed: 0,
         })
     }
@@ -501,7 +503,8 @@ enum Cell {
 /// A lookup, a filtered read and a small table's read are made whole in
 /// `filter`; a large table's whole read is made by a scan worker
 /// ([`crate::scan`]) and arrives in chunks on `feed`, each replacing the
-/// cells and bytes of the one before.
+/// cells and bytes of the one before, which go back to the worker on `spent`
+/// to carry a later chunk.
 #[repr(C)]
 pub struct VirtualCursor<'vtab> {
     /// SQLite's part of the structure; must come first.
@@ -513,9 +516,14 @@ pub struct VirtualCursor<'vtab> {
     row: usize,
     /// The chunks still to come of a streamed read.
     feed: Option<Receiver<Chunk>>,
+    /// Where a streamed read's used buffers go back to its worker.
+    spent: Option<Sender<Buffers>>,
     /// Rows of a streamed read handed over before the current chunk.
     streamed: usize,
 }
+
+/// A chunk's cells and bytes, sent back once SQLite has read them.
+type Buffers = (Vec<Cell>, Vec<u8>);
 
 /// What a scan worker sends its cursor.
 enum Chunk {
@@ -578,7 +586,13 @@ fn panicked(table: &Table) -> String {
 /// A scan worker's read of `table`: every selected row, in chunks on `out`,
 /// then [`Chunk::End`], or [`Chunk::Failed`] where the read failed. Stops at
 /// the first chunk nobody receives.
-fn stream(engine: &dyn Storage, table: &'static Table, select: &Select, out: &Sender<Chunk>) {
+fn stream(
+    engine: &dyn Storage,
+    table: &'static Table,
+    select: &Select,
+    out: &Sender<Chunk>,
+    spent: &Receiver<Buffers>,
+) {
     let stride = table.fields.len() + 1;
     let mut rows = FIRST_CHUNK_ROWS;
     let (mut cells, mut bytes) = (Vec::with_capacity(rows * stride), Vec::new());
@@ -587,9 +601,24 @@ fn stream(engine: &dyn Storage, table: &'static Table, select: &Select, out: &Se
             push_row(table, row, &mut cells, &mut bytes)?;
             if cells.len() >= rows * stride {
                 rows = (rows * 2).min(CHUNK_ROWS);
-                let full = std::mem::replace(&mut cells, Vec::with_capacity(rows * stride));
-                let room = bytes.capacity();
-                let text = std::mem::replace(&mut bytes, Vec::with_capacity(room));
+                // A chunk SQLite has read is filled again: fresh memory for
+                // every chunk is touched page by page, and freed to the
+                // allocator from another thread.
+                let (next_cells, next_bytes) = match spent.try_recv() {
+                    Ok((mut c, mut b)) => {
+                        c.clear();
+                        b.clear();
+                        c.reserve(rows * stride);
+                        b.reserve(bytes.len());
+                        (c, b)
+                    }
+                    Err(_) => (
+                        Vec::with_capacity(rows * stride),
+                        Vec::with_capacity(bytes.capacity()),
+                    ),
+                };
+                let full = std::mem::replace(&mut cells, next_cells);
+                let text = std::mem::replace(&mut bytes, next_bytes);
                 out.send(Chunk::Rows(full, text))
                     .map_err(|_| burrow_core::Error::Unsupported("the scan was dropped".into()))?;
             }
@@ -694,19 +723,30 @@ impl VirtualCursor<'_> {
             match chunk {
                 Ok(Chunk::Rows(cells, bytes)) => {
                     self.streamed += self.cells.len() / self.stride();
-                    (self.cells, self.bytes, self.row) = (cells, bytes, 0);
+                    self.row = 0;
+                    let used = (
+                        std::mem::replace(&mut self.cells, cells),
+                        std::mem::replace(&mut self.bytes, bytes),
+                    );
+                    if let Some(spent) = &self.spent {
+                        // A worker already done has no use for it.
+                        let _ = spent.send(used);
+                    }
                 }
                 Ok(Chunk::End) => {
                     let rows = self.streamed + self.cells.len() / self.stride();
                     self.vtab.last_scan.store(rows, Ordering::Relaxed);
                     self.feed = None;
+                    self.spent = None;
                 }
                 Ok(Chunk::Failed(e)) => {
                     self.feed = None;
+                    self.spent = None;
                     return Err(rusqlite::Error::ModuleError(e));
                 }
                 Err(()) => {
                     self.feed = None;
+                    self.spent = None;
                     return Err(rusqlite::Error::ModuleError(format!(
                         "the read of table {} stopped part-way",
                         self.vtab.table.name
@@ -888,6 +928,7 @@ unsafe impl VTabCursor for VirtualCursor<'_> {
         // A read still streaming from an earlier filter ends here: the
         // worker stops at its next chunk.
         self.feed = None;
+        self.spent = None;
         self.streamed = 0;
         self.cells.clear();
         self.bytes.clear();
@@ -902,9 +943,11 @@ unsafe impl VTabCursor for VirtualCursor<'_> {
             && self.vtab.last_scan.load(Ordering::Relaxed) >= STREAM_FROM_ROWS
         {
             let (tx, rx) = mpsc::channel();
+            let (spent, spent_rx) = mpsc::channel();
             let (engine, whole_read) = (self.vtab.engine.clone(), select.clone());
-            if crate::scan::spawn(move || stream(&*engine, table, &whole_read, &tx)) {
+            if crate::scan::spawn(move || stream(&*engine, table, &whole_read, &tx, &spent_rx)) {
                 self.feed = Some(rx);
+                self.spent = Some(spent);
                 return self.pull();
             }
         }
