@@ -310,42 +310,31 @@ pub fn is_written_date(s: &str) -> bool {
 }
 
 fn written_date(b: &[u8]) -> bool {
+    // `YYYY-MM-` as one word, then the day's two digits.
     b.len() == 10
-        && b.iter().enumerate().all(|(i, c)| match i {
-            4 | 7 => *c == b'-',
-            _ => c.is_ascii_digit(),
-        })
+        && shape(le8(b), 0x00FF_FF00_FFFF_FFFF, 0x2D00_002D_0000_0000)
+        && b[8].is_ascii_digit()
+        && b[9].is_ascii_digit()
 }
 
 /// Whether `s` has the shape of a date-time this module writes
 /// (`YYYY-MM-DDThh:mm:ss`, then a fraction only when not zero, without
 /// trailing zeros), with the same guarantee as [`is_written_date`].
 pub fn is_written_datetime(s: &str) -> bool {
-    let b = s.as_bytes();
     // Bytes, not `&s[..10]`: a stored text may put a multi-byte character
     // across byte 10.
-    if b.len() < 19 || !written_date(&b[..10]) || b[10] != b'T' {
+    let all = s.as_bytes();
+    let Some(b) = all.first_chunk::<19>() else {
         return false;
-    }
-    let time_ok = b[11..19].iter().enumerate().all(|(i, c)| match i {
-        2 | 5 => *c == b':',
-        _ => c.is_ascii_digit(),
-    });
-    time_ok && written_fraction(&b[19..])
-}
-
-/// Whether `rest`, what follows the seconds, is a fraction as Burrow writes
-/// it: none, or `.` and one to nine digits without a trailing zero.
-fn written_fraction(rest: &[u8]) -> bool {
-    match rest {
-        [] => true,
-        [b'.', frac @ ..] => {
-            (1..=9).contains(&frac.len())
-                && frac.iter().all(u8::is_ascii_digit)
-                && frac.last() != Some(&b'0')
-        }
-        _ => false,
-    }
+    };
+    // `YYYY-MM-`, then `DDThh:mm`, each checked as one word (a scan calls
+    // this for every stored date-time it hands over as it is).
+    shape(le8(b), 0x00FF_FF00_FFFF_FFFF, 0x2D00_002D_0000_0000)
+        && shape(le8(&b[8..16]), 0xFFFF_00FF_FF00_FFFF, 0x0000_3A00_0054_0000)
+        && b[16] == b':'
+        && b[17].is_ascii_digit()
+        && b[18].is_ascii_digit()
+        && fraction_after(all)
 }
 
 /// Whether `s` is a date as [`is_written_date`] has it that also names a
@@ -378,8 +367,9 @@ pub fn is_valid_written_datetime(s: &str) -> bool {
     hour < 24 && min < 60 && sec < 60 && fraction_after(all)
 }
 
-/// [`written_fraction`] of what follows the seconds of `b` (19 bytes at
-/// least), its digits checked eight at a time from the end of `b`.
+/// Whether what follows the seconds of `b` (19 bytes at least) is a fraction
+/// as Burrow writes it: none, or `.` and one to nine digits without a
+/// trailing zero; the digits checked eight at a time from the end of `b`.
 #[inline(always)]
 fn fraction_after(b: &[u8]) -> bool {
     let n = b.len() - 19;
@@ -459,6 +449,40 @@ fn real_day(b: &[u8]) -> bool {
 mod test {
     use super::*;
 
+    /// `YYYY-MM-DD`, byte by byte: what [`is_written_date`] answers.
+    fn plain_date(s: &str) -> bool {
+        s.len() == 10 && plain_date_bytes(s.as_bytes())
+    }
+
+    /// `YYYY-MM-DDThh:mm:ss[.fraction]`, byte by byte: what
+    /// [`is_written_datetime`] answers.
+    fn plain_datetime(s: &str) -> bool {
+        let b = s.as_bytes();
+        if b.len() < 19 || !plain_date_bytes(&b[..10]) || b[10] != b'T' {
+            return false;
+        }
+        let time = b[11..19].iter().enumerate().all(|(i, c)| match i {
+            2 | 5 => *c == b':',
+            _ => c.is_ascii_digit(),
+        });
+        time && match &b[19..] {
+            [] => true,
+            [b'.', frac @ ..] => {
+                (1..=9).contains(&frac.len())
+                    && frac.iter().all(u8::is_ascii_digit)
+                    && frac.last() != Some(&b'0')
+            }
+            _ => false,
+        }
+    }
+
+    fn plain_date_bytes(b: &[u8]) -> bool {
+        b.iter().enumerate().all(|(i, c)| match i {
+            4 | 7 => *c == b'-',
+            _ => c.is_ascii_digit(),
+        })
+    }
+
     /// What a reader that parses a stored text and writes it again shows.
     fn reread(s: &str, date: bool) -> String {
         let mut buf = [0u8; DATETIME_BUF];
@@ -534,6 +558,9 @@ mod test {
                 is_written_date(&date) && parse_date(&date).is_some(),
                 "{}", date
             );
+            // The word-at-a-time shape checks answer as the plain byte ones.
+            proptest::prop_assert_eq!(is_written_datetime(&time), plain_datetime(&time), "{}", time);
+            proptest::prop_assert_eq!(is_written_date(&date), plain_date(&date), "{}", date);
         }
 
         /// A date-time written reads back as itself, over every year
