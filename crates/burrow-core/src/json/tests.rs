@@ -300,6 +300,19 @@ fn direct_writers_match_the_general_ones() {
         write_str(&mut out, s);
         assert_eq!(out, serde_json::to_vec(s).unwrap(), "{s:?}");
     }
+    // One character to escape (or not) at every place of every length
+    // around the word size: the check reads whole words, the last one
+    // overlapping or padded.
+    for len in 1..=25 {
+        for at in 0..len {
+            for c in ['"', '\\', '\n', '\u{1}', '\u{1f}', 'é', ' ', '~'] {
+                let s: String = (0..len).map(|i| if i == at { c } else { 'a' }).collect();
+                let mut out = Vec::new();
+                write_str(&mut out, &s);
+                assert_eq!(out, serde_json::to_vec(&s).unwrap(), "{s:?}");
+            }
+        }
+    }
 }
 
 #[test]

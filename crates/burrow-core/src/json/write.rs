@@ -24,6 +24,12 @@ pub fn write_str(out: &mut Vec<u8>, s: &str) {
     let b = s.as_bytes();
     out.reserve(b.len() + 2);
     out.push(b'"');
+    if !any_escape(b) {
+        // Nearly every stored name and code: one copy.
+        out.extend_from_slice(b);
+        out.push(b'"');
+        return;
+    }
     let mut from = 0;
     let mut i = 0;
     while i < b.len() {
@@ -72,6 +78,25 @@ pub fn needs_escape(w: u64) -> u64 {
     let zero_byte = |x: u64| x.wrapping_sub(ONES) & !x & HIGH;
     let control = w.wrapping_sub(ONES * 0x20) & !w & HIGH;
     control | zero_byte(w ^ (ONES * u64::from(b'"'))) | zero_byte(w ^ (ONES * u64::from(b'\\')))
+}
+
+/// Whether some byte of `b` needs an escape in a JSON string, found a word
+/// at a time: a tail shorter than a word is read as the last eight bytes
+/// (overlapping the word before), or padded when `b` is that short, rather
+/// than a byte at a time.
+#[inline]
+fn any_escape(b: &[u8]) -> bool {
+    let word = |w: &[u8]| u64::from_le_bytes(w.try_into().expect("eight bytes"));
+    if b.len() < 8 {
+        let mut w = [b'a'; 8];
+        w[..b.len()].copy_from_slice(b);
+        return needs_escape(u64::from_le_bytes(w)) != 0;
+    }
+    let mut words = b.chunks_exact(8);
+    if words.any(|w| needs_escape(word(w)) != 0) {
+        return true;
+    }
+    b.len() % 8 != 0 && needs_escape(word(&b[b.len() - 8..])) != 0
 }
 
 /// `fmt::Write` over a byte buffer.
