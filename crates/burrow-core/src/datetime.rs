@@ -309,10 +309,16 @@ pub fn is_written_date(s: &str) -> bool {
     written_date(s.as_bytes())
 }
 
+/// `YYYY-MM-` read as one little-endian word: its digit bytes, and what the
+/// others must be (see [`shape`]).
+const DATE_HEAD: (u64, u64) = (0x00FF_FF00_FFFF_FFFF, 0x2D00_002D_0000_0000);
+/// `DDThh:mm`, the next eight bytes of a date-time, in the same form.
+const DATE_TIME: (u64, u64) = (0xFFFF_00FF_FF00_FFFF, 0x0000_3A00_0054_0000);
+
 fn written_date(b: &[u8]) -> bool {
     // `YYYY-MM-` as one word, then the day's two digits.
     b.len() == 10
-        && shape(le8(b), 0x00FF_FF00_FFFF_FFFF, 0x2D00_002D_0000_0000)
+        && shape(le8(b), DATE_HEAD.0, DATE_HEAD.1)
         && b[8].is_ascii_digit()
         && b[9].is_ascii_digit()
 }
@@ -329,8 +335,8 @@ pub fn is_written_datetime(s: &str) -> bool {
     };
     // `YYYY-MM-`, then `DDThh:mm`, each checked as one word (a scan calls
     // this for every stored date-time it hands over as it is).
-    shape(le8(b), 0x00FF_FF00_FFFF_FFFF, 0x2D00_002D_0000_0000)
-        && shape(le8(&b[8..16]), 0xFFFF_00FF_FF00_FFFF, 0x0000_3A00_0054_0000)
+    shape(le8(b), DATE_HEAD.0, DATE_HEAD.1)
+        && shape(le8(&b[8..16]), DATE_TIME.0, DATE_TIME.1)
         && b[16] == b':'
         && b[17].is_ascii_digit()
         && b[18].is_ascii_digit()
@@ -356,7 +362,7 @@ pub fn is_valid_written_datetime(s: &str) -> bool {
     };
     // `DDThh:mm`, its day checked by `real_day`.
     let mid = le8(&b[8..16]);
-    if !real_day(b) || !shape(mid, 0xFFFF_00FF_FF00_FFFF, 0x0000_3A00_0054_0000) || b[16] != b':' {
+    if !real_day(b) || !shape(mid, DATE_TIME.0, DATE_TIME.1) || b[16] != b':' {
         return false;
     }
     let Some(sec) = two(b, 17) else {
@@ -422,7 +428,7 @@ fn real_day(b: &[u8]) -> bool {
         return false;
     };
     // `YYYY-MM-`, then the day's two digits.
-    if !shape(le8(b), 0x00FF_FF00_FFFF_FFFF, 0x2D00_002D_0000_0000) {
+    if !shape(le8(b), DATE_HEAD.0, DATE_HEAD.1) {
         return false;
     }
     let Some(day) = two(b, 8) else {

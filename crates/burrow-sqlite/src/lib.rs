@@ -688,10 +688,10 @@ impl Row for SqlRow<'_> {
 /// Column `col` as text, if SQLite holds text there (UTF-8 checked).
 #[inline]
 fn text_at(row: &RawStmt, col: usize) -> Result<Option<&str>> {
-    match row.text_cell(col).map_err(eng)? {
-        Some(t) => loaded_text(t, ENGINE).map(Some),
-        None => Ok(None),
-    }
+    row.text_cell(col)
+        .map_err(eng)?
+        .map(|t| loaded_text(t, ENGINE))
+        .transpose()
 }
 
 /// Column `col` as an integer, if SQLite holds one there.

@@ -213,28 +213,57 @@ impl RawStmt {
         }
     }
 
+    /// The value of cell `col` of the current row, its column checked
+    /// against the row's own count: a statement SQLite prepared again after
+    /// a schema change may have another than when it was first.
+    ///
+    /// The statement is on a row (cells are read only from `each`/`first`,
+    /// between a step that returned a row and the next step or reset, which
+    /// need `&mut self` and so end any borrow of a cell). The value object is
+    /// "unprotected" in SQLite's terms: it is read without the connection's
+    /// mutex, which is safe because the connection runs in multi-thread mode
+    /// (no mutex) and only the holder of the statement uses it.
+    #[inline(always)]
+    fn value(&self, col: usize) -> rusqlite::Result<*mut ffi::sqlite3_value> {
+        if col >= self.column_count() {
+            return Err(rusqlite::Error::InvalidColumnIndex(col));
+        }
+        // SAFETY: see above; `col` is in range.
+        Ok(unsafe { ffi::sqlite3_column_value(self.ptr(), col as c_int) })
+    }
+
+    /// The text of `v`, a value of the current row that holds text.
+    ///
+    /// # Safety
+    /// `v` comes from [`RawStmt::value`] on `self`; the text it points to
+    /// stays valid until the next step or reset, which the borrow of `self`
+    /// rules out.
+    #[inline(always)]
+    unsafe fn text_of(&self, v: *mut ffi::sqlite3_value) -> rusqlite::Result<&[u8]> {
+        // SAFETY: the caller's contract.
+        unsafe {
+            let t = ffi::sqlite3_value_text(v);
+            if t.is_null() {
+                return Err(failure(self.db, ffi::SQLITE_NOMEM));
+            }
+            let n = ffi::sqlite3_value_bytes(v);
+            Ok(std::slice::from_raw_parts(t, n.max(0) as usize))
+        }
+    }
+
     /// Cell `col` of the current row as text, if SQLite holds text there:
     /// [`RawStmt::cell`] for the one type a typed field asks for, without
     /// making and matching the general value (a whole-table read calls it for
     /// nearly every cell).
     #[inline(always)]
     pub fn text_cell(&self, col: usize) -> rusqlite::Result<Option<&[u8]>> {
-        if col >= self.column_count() {
-            return Err(rusqlite::Error::InvalidColumnIndex(col));
-        }
-        // SAFETY: as in `cell`: on a row, `col` in range, and the text valid
-        // until the next step or reset, which the borrow of `self` rules out.
+        let v = self.value(col)?;
+        // SAFETY: `v` is a value of this row, from `value`.
         unsafe {
-            let v = ffi::sqlite3_column_value(self.ptr(), col as c_int);
             if ffi::sqlite3_value_type(v) != ffi::SQLITE_TEXT {
                 return Ok(None);
             }
-            let t = ffi::sqlite3_value_text(v);
-            if t.is_null() {
-                return Err(failure(self.db, ffi::SQLITE_NOMEM));
-            }
-            let n = ffi::sqlite3_value_bytes(v);
-            Ok(Some(std::slice::from_raw_parts(t, n.max(0) as usize)))
+            self.text_of(v).map(Some)
         }
     }
 
@@ -242,46 +271,24 @@ impl RawStmt {
     /// there (see [`RawStmt::text_cell`]).
     #[inline(always)]
     pub fn int_cell(&self, col: usize) -> rusqlite::Result<Option<i64>> {
-        if col >= self.column_count() {
-            return Err(rusqlite::Error::InvalidColumnIndex(col));
-        }
-        // SAFETY: as in `cell`.
-        unsafe {
-            let v = ffi::sqlite3_column_value(self.ptr(), col as c_int);
-            Ok((ffi::sqlite3_value_type(v) == ffi::SQLITE_INTEGER)
-                .then(|| ffi::sqlite3_value_int64(v)))
-        }
+        let v = self.value(col)?;
+        // SAFETY: `v` is a value of this row, from `value`.
+        Ok(unsafe {
+            (ffi::sqlite3_value_type(v) == ffi::SQLITE_INTEGER).then(|| ffi::sqlite3_value_int64(v))
+        })
     }
 
     /// Cell `col` (0-based) of the current row.
     #[inline]
     pub fn cell(&self, col: usize) -> rusqlite::Result<SqlValue<'_>> {
-        // The row's own column count: a statement SQLite prepared again
-        // after a schema change may have another than when it was first.
-        if col >= self.column_count() {
-            return Err(rusqlite::Error::InvalidColumnIndex(col));
-        }
-        // SAFETY: the statement is on a row (`cell` is reached only from
-        // `each`/`first`, between a step that returned a row and the next
-        // step or reset, which need `&mut self` and so end this borrow) and
-        // `col` is in range. The value object is "unprotected" in SQLite's
-        // terms: it is read without the connection's mutex, which is safe
-        // because the connection runs in multi-thread mode (no mutex) and
-        // only the holder of the statement uses it. Text and blobs stay valid
-        // until the next step or reset, which the borrow of `self` rules out.
+        let v = self.value(col)?;
+        // SAFETY: `v` is a value of this row, from `value`; blobs, as text,
+        // stay valid until the next step or reset.
         unsafe {
-            let v = ffi::sqlite3_column_value(self.ptr(), col as c_int);
             Ok(match ffi::sqlite3_value_type(v) {
                 ffi::SQLITE_INTEGER => SqlValue::Integer(ffi::sqlite3_value_int64(v)),
                 ffi::SQLITE_FLOAT => SqlValue::Real(ffi::sqlite3_value_double(v)),
-                ffi::SQLITE_TEXT => {
-                    let t = ffi::sqlite3_value_text(v);
-                    if t.is_null() {
-                        return Err(failure(self.db, ffi::SQLITE_NOMEM));
-                    }
-                    let n = ffi::sqlite3_value_bytes(v);
-                    SqlValue::Text(std::slice::from_raw_parts(t, n.max(0) as usize))
-                }
+                ffi::SQLITE_TEXT => SqlValue::Text(self.text_of(v)?),
                 ffi::SQLITE_BLOB => {
                     let n = ffi::sqlite3_value_bytes(v).max(0) as usize;
                     if n == 0 {
