@@ -656,13 +656,7 @@ struct SqlRow<'a>(&'a RawStmt);
 
 impl Row for SqlRow<'_> {
     fn id(&self) -> Result<i64> {
-        match self.0.cell(0).map_err(eng)? {
-            SqlValue::Integer(i) => Ok(i),
-            other => Err(Error::engine(
-                ENGINE,
-                format!("ID column holds {:?}", other.data_type()),
-            )),
-        }
+        id_at(self.0, 0)
     }
 
     fn get(&self, idx: usize) -> Result<ValueRef<'_>> {
@@ -694,6 +688,17 @@ fn text_at(row: &RawStmt, col: usize) -> Result<Option<&str>> {
         .transpose()
 }
 
+/// The ID in column `col`: an integer, read without the general value made
+/// unless the column holds something else, which is an error.
+#[inline]
+fn id_at(row: &RawStmt, col: usize) -> Result<i64> {
+    if let Some(id) = row.int_cell(col).map_err(eng)? {
+        return Ok(id);
+    }
+    let held = row.cell(col).map_err(eng)?.data_type();
+    Err(Error::engine(ENGINE, format!("ID column holds {held:?}")))
+}
+
 /// Column `col` as an integer, if SQLite holds one there.
 #[inline]
 fn int_at(row: &RawStmt, col: usize) -> Result<Option<i64>> {
@@ -709,13 +714,7 @@ struct NamedRow<'a> {
 
 impl Row for NamedRow<'_> {
     fn id(&self) -> Result<i64> {
-        match self.row.cell(self.id_col).map_err(eng)? {
-            SqlValue::Integer(i) => Ok(i),
-            other => Err(Error::engine(
-                ENGINE,
-                format!("ID column holds {:?}", other.data_type()),
-            )),
-        }
+        id_at(self.row, self.id_col)
     }
 
     fn get(&self, idx: usize) -> Result<ValueRef<'_>> {

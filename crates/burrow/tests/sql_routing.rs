@@ -84,3 +84,48 @@ fn sql_direct_off_sends_every_statement_to_the_host() -> TestResult {
     assert!(e.to_string().contains("no such table"), "{e}");
     Ok(())
 }
+
+/// A list read is given room for the rows the same read returned last time;
+/// the rows are always the ones there now, and a read that returns far fewer
+/// rows than last time keeps no more than twice their room.
+#[test]
+fn list_reads_sized_from_the_last_hold_the_rows_there_now() -> TestResult {
+    let db = Database::builder(Model::new().with::<Item>())
+        .default_engine(Arc::new(SqliteEngine::memory()?))
+        .open()?;
+    let mut batch = burrow::Batch::new();
+    batch.add_all((0..1_000).map(|i| Item {
+        id: 0,
+        name: format!("n{i}"),
+    }));
+    db.send(&mut batch)?;
+    let whole = burrow::Query::all();
+    for _ in 0..2 {
+        assert_eq!(db.select::<Item>(&whole)?.len(), 1_000);
+        assert_eq!(db.sql_list::<Item>("SELECT * FROM Item", &[])?.len(), 1_000);
+    }
+    assert_eq!(db.delete_where::<Item>("ID > ?", &[10.into()])?, 990);
+    let few = db.select::<Item>(&whole)?;
+    assert_eq!(few.len(), 10);
+    assert!(few.capacity() <= 20, "room for {}", few.capacity());
+    let few = db.sql_list::<Item>("SELECT * FROM Item", &[])?;
+    assert_eq!(
+        few.iter().map(|i| i.id).collect::<Vec<_>>(),
+        (1..=10).collect::<Vec<_>>()
+    );
+    assert!(few.capacity() <= 20, "room for {}", few.capacity());
+    // Grown again, every row is read, past the room set aside.
+    let mut batch = burrow::Batch::new();
+    batch.add_all((0..3_000).map(|i| Item {
+        id: 0,
+        name: format!("m{i}"),
+    }));
+    db.send(&mut batch)?;
+    assert_eq!(db.select::<Item>(&whole)?.len(), 3_010);
+    assert_eq!(db.sql_list::<Item>("SELECT * FROM Item", &[])?.len(), 3_010);
+    // A filtered read is not sized from a whole one.
+    let one = db.list::<Item>("ID = ?", &[5.into()])?;
+    assert_eq!((one.len(), one[0].id), (1, 5));
+    assert!(one.capacity() < 100);
+    Ok(())
+}

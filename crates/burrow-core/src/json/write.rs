@@ -86,17 +86,7 @@ pub fn needs_escape(w: u64) -> u64 {
 /// than a byte at a time.
 #[inline]
 fn any_escape(b: &[u8]) -> bool {
-    let word = |w: &[u8]| u64::from_le_bytes(w.try_into().expect("eight bytes"));
-    if b.len() < 8 {
-        let mut w = [b'a'; 8];
-        w[..b.len()].copy_from_slice(b);
-        return needs_escape(u64::from_le_bytes(w)) != 0;
-    }
-    let mut words = b.chunks_exact(8);
-    if words.any(|w| needs_escape(word(w)) != 0) {
-        return true;
-    }
-    b.len() % 8 != 0 && needs_escape(word(&b[b.len() - 8..])) != 0
+    crate::text::any_word(b, b'a', |w| needs_escape(w) != 0)
 }
 
 /// `fmt::Write` over a byte buffer.
