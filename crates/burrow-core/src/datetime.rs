@@ -373,10 +373,10 @@ pub fn is_valid_written_date(s: &str) -> bool {
 /// without a date-time made.
 pub fn is_valid_written_datetime(s: &str) -> bool {
     let all = s.as_bytes();
-    let Some([.., hour, min, sec]) = written_parts(all) else {
+    let Some([year, month, day, hour, min, sec]) = written_parts(all) else {
         return false;
     };
-    real_day(all) && hour < 24 && min < 60 && sec < 60 && fraction_after(all)
+    in_month(year, month, day) && hour < 24 && min < 60 && sec < 60 && fraction_after(all)
 }
 
 /// Whether what follows the seconds of `b` (19 bytes at least) is a fraction
@@ -441,17 +441,22 @@ fn real_day(b: &[u8]) -> bool {
         return false;
     };
     let d = |i: usize| u32::from(b[i] - b'0');
-    let last = match d(5) * 10 + d(6) {
+    in_month(
+        d(0) * 1000 + d(1) * 100 + d(2) * 10 + d(3),
+        d(5) * 10 + d(6),
+        day,
+    )
+}
+
+/// Whether `day` is a day of `month` (1 to 12) of `year` in the proleptic
+/// Gregorian calendar.
+#[inline(always)]
+fn in_month(year: u32, month: u32, day: u32) -> bool {
+    let last = match month {
         1 | 3 | 5 | 7 | 8 | 10 | 12 => 31,
         4 | 6 | 9 | 11 => 30,
-        2 => {
-            let year = d(0) * 1000 + d(1) * 100 + d(2) * 10 + d(3);
-            if year % 4 == 0 && (year % 100 != 0 || year % 400 == 0) {
-                29
-            } else {
-                28
-            }
-        }
+        2 if year % 4 == 0 && (year % 100 != 0 || year % 400 == 0) => 29,
+        2 => 28,
         _ => return false,
     };
     (1..=last).contains(&day)

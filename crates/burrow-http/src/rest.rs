@@ -681,7 +681,7 @@ fn write_list(
     let mut body = Vec::with_capacity(1024);
     let mut w = ListWriter::begin(&mut body, t, cols, compact(sh, req), dialect(req));
     engine(sh, t)?
-        .select(t, select, &mut |row| w.row(&mut body, row))
+        .select(t, select, &mut |row| w.row(&mut body, row).map(drop))
         .map_err(err)?;
     w.finish(&mut body);
     Ok(Response::json(body))
@@ -816,8 +816,11 @@ impl ListPages {
                 more = true;
                 return Ok(());
             }
-            last = Some(row.id()?);
-            w.row(out, row)
+            last = Some(match w.row(out, row)? {
+                Some(id) => id,
+                None => row.id()?,
+            });
+            Ok(())
         })?;
         let got = (w.rows() - before) as u64;
         self.rows = w.rows();

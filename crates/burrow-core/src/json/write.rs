@@ -344,16 +344,18 @@ pub fn write_value(
     }
 }
 
-/// Appends `{"ID":…,"Field":…}` for the listed columns of `row`.
+/// Appends `{"ID":…,"Field":…}` for the listed columns of `row`; the ID
+/// when it is one of them.
 pub fn write_row(
     out: &mut Vec<u8>,
     table: &Table,
     row: &dyn Row,
     columns: &[Column],
     dialect: JsonDialect,
-) -> Result<()> {
+) -> Result<Option<i64>> {
     out.push(b'{');
     let typed = row.typed();
+    let mut id = None;
     for (i, c) in columns.iter().enumerate() {
         if i > 0 {
             out.push(b',');
@@ -361,12 +363,12 @@ pub fn write_row(
         write_str(out, table.column_name(*c));
         out.push(b':');
         match c {
-            Column::Id => write_i64(out, row.id()?),
+            Column::Id => write_i64(out, *id.insert(row.id()?)),
             Column::Field(f) => write_field(out, table, *f, row, typed, dialect)?,
         }
     }
     out.push(b'}');
-    Ok(())
+    Ok(id)
 }
 
 /// Appends field `idx` of `row`. From a row that hands values over as they
@@ -601,25 +603,28 @@ impl<'a> ListWriter<'a> {
         }
     }
 
-    /// Appends one row.
-    pub fn row(&mut self, out: &mut Vec<u8>, row: &dyn Row) -> Result<()> {
-        if self.compact {
+    /// Appends one row; its ID when one of the columns is the ID (a caller
+    /// that needs it too reads no cell twice).
+    pub fn row(&mut self, out: &mut Vec<u8>, row: &dyn Row) -> Result<Option<i64>> {
+        let id = if self.compact {
             let typed = row.typed();
+            let mut id = None;
             for c in self.columns {
                 out.push(b',');
                 match c {
-                    Column::Id => write_i64(out, row.id()?),
+                    Column::Id => write_i64(out, *id.insert(row.id()?)),
                     Column::Field(f) => write_field(out, self.table, *f, row, typed, self.dialect)?,
                 }
             }
+            id
         } else {
             if self.rows > 0 {
                 out.push(b',');
             }
-            write_row(out, self.table, row, self.columns, self.dialect)?;
-        }
+            write_row(out, self.table, row, self.columns, self.dialect)?
+        };
         self.rows += 1;
-        Ok(())
+        Ok(id)
     }
 
     /// How many rows were written.
