@@ -203,7 +203,10 @@ fn an_autocheckpoint_size_asked_is_kept() -> Res {
 /// let go of it; once it is full they do (they drain), and a log grown to
 /// twice its size is checkpointed waiting for the reads under way. The
 /// `-wal` file stays near 8 MB (it would hold all 8,000 commits, 33 MB,
-/// otherwise; draining alone let it reach 15–24 MB with 4–8 threads).
+/// otherwise; draining alone let it reach 15–24 MB with 4–8 threads). On a
+/// machine busy with other work the waiting checkpoint can run out of time
+/// once, and the next try comes at twice the size: 16.5 MB, measured with
+/// two processors' worth of other work running.
 #[test]
 fn the_log_stays_bounded_while_threads_read() -> Res {
     use std::sync::atomic::{AtomicBool, Ordering};
@@ -256,7 +259,7 @@ fn the_log_stays_bounded_while_threads_read() -> Res {
             Ok(wrote?)
         })?;
         assert!(
-            largest < 13_000_000,
+            largest < 20_000_000,
             "{threads} reading: the log grew to {largest} bytes"
         );
         assert_eq!(db.retrieve::<Doc>(100)?.text, "7999".repeat(20));
