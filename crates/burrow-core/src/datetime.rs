@@ -321,6 +321,7 @@ fn parse_any_datetime(s: &str) -> Option<DateTime<Utc>> {
 /// Whether `s` has the shape of a date this module writes (`YYYY-MM-DD`, a
 /// year of four digits). Such a text reads back as itself: parsed and written
 /// again it is the same text, or it is no date and a reader keeps it as text.
+#[inline]
 pub fn is_written_date(s: &str) -> bool {
     written_date(s.as_bytes())
 }
@@ -342,6 +343,7 @@ fn written_date(b: &[u8]) -> bool {
 /// Whether `s` has the shape of a date-time this module writes
 /// (`YYYY-MM-DDThh:mm:ss`, then a fraction only when not zero, without
 /// trailing zeros), with the same guarantee as [`is_written_date`].
+#[inline]
 pub fn is_written_datetime(s: &str) -> bool {
     // Bytes, not `&s[..10]`: a stored text may put a multi-byte character
     // across byte 10.

@@ -212,10 +212,7 @@ impl RawRow for LiteRow<'_> {
     }
 
     fn value(&self, col: usize) -> Result<ValueRef<'_>> {
-        let v = self
-            .0
-            .cell(col)
-            .map_err(|e| Error::engine(crate::ENGINE, e))?;
+        let v = self.0.cell(col).map_err(cell_err)?;
         burrow_sqlite::loaded(v, crate::ENGINE)
     }
 
@@ -224,16 +221,22 @@ impl RawRow for LiteRow<'_> {
         match self.0.text_cell(col) {
             Ok(Some(t)) => burrow_sqlite::loaded_text(t, crate::ENGINE).map(Some),
             Ok(None) => Ok(None),
-            Err(e) => Err(Error::engine(crate::ENGINE, e)),
+            Err(e) => Err(cell_err(e)),
         }
     }
 
     #[inline]
     fn int(&self, col: usize) -> Result<Option<i64>> {
-        self.0
-            .int_cell(col)
-            .map_err(|e| Error::engine(crate::ENGINE, e))
+        self.0.int_cell(col).map_err(cell_err)
     }
+}
+
+/// A cell that could not be read; out of line, as every cell read of a scan
+/// maps its (rare) error with it.
+#[cold]
+#[inline(never)]
+fn cell_err(e: rusqlite::Error) -> Error {
+    Error::engine(crate::ENGINE, e)
 }
 
 #[cfg(test)]

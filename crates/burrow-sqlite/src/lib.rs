@@ -480,6 +480,9 @@ fn tune(
     Ok(())
 }
 
+// Out of line: every cell read maps its (rare) error with it.
+#[cold]
+#[inline(never)]
 fn eng(e: rusqlite::Error) -> Error {
     Error::engine(ENGINE, e)
 }
@@ -640,10 +643,17 @@ pub fn loaded<'a>(v: SqlValue<'a>, engine: &'static str) -> Result<ValueRef<'a>>
 
 /// Text SQLite holds, as Burrow reads it: it must be UTF-8, else an error of
 /// `engine` (SQLite stores whatever bytes another writer gave it).
-#[inline]
+#[inline(always)]
 pub fn loaded_text<'a>(t: &'a [u8], engine: &'static str) -> Result<&'a str> {
-    burrow_core::driver::utf8(t)
-        .map_err(|e| Error::engine(engine, format!("invalid UTF-8 in a text column: {e}")))
+    burrow_core::driver::utf8(t).map_err(|e| not_utf8(engine, e))
+}
+
+/// The error of [`loaded_text`], kept out of line: every text cell of a
+/// scan calls it, and the check inlined there is a few instructions.
+#[cold]
+#[inline(never)]
+fn not_utf8(engine: &'static str, e: std::str::Utf8Error) -> Error {
+    Error::engine(engine, format!("invalid UTF-8 in a text column: {e}"))
 }
 
 /// A stored value read back as the typed value of its field kind.
@@ -680,7 +690,7 @@ impl Row for SqlRow<'_> {
 }
 
 /// Column `col` as text, if SQLite holds text there (UTF-8 checked).
-#[inline]
+#[inline(always)]
 fn text_at(row: &RawStmt, col: usize) -> Result<Option<&str>> {
     row.text_cell(col)
         .map_err(eng)?
