@@ -237,14 +237,26 @@ fn written_parts(b: &[u8]) -> Option<[u32; 6]> {
     }
     let sec = two(h, 17)?;
     let d = |i: usize| u32::from(h[i].wrapping_sub(b'0'));
+    let (year, month) = year_month(h);
     Some([
-        d(0) * 1000 + d(1) * 100 + d(2) * 10 + d(3),
-        d(5) * 10 + d(6),
+        year,
+        month,
         d(8) * 10 + d(9),
         d(11) * 10 + d(12),
         d(14) * 10 + d(15),
         sec,
     ])
+}
+
+/// The year and month of `b`, whose first eight bytes have the shape of
+/// `YYYY-MM-` (checked by the caller).
+#[inline(always)]
+fn year_month(b: &[u8]) -> (u32, u32) {
+    let d = |i: usize| u32::from(b[i].wrapping_sub(b'0'));
+    (
+        d(0) * 1000 + d(1) * 100 + d(2) * 10 + d(3),
+        d(5) * 10 + d(6),
+    )
 }
 
 /// Parses `YYYY-MM-DD`.
@@ -442,12 +454,8 @@ fn real_day(b: &[u8]) -> bool {
     let Some(day) = two(b, 8) else {
         return false;
     };
-    let d = |i: usize| u32::from(b[i] - b'0');
-    in_month(
-        d(0) * 1000 + d(1) * 100 + d(2) * 10 + d(3),
-        d(5) * 10 + d(6),
-        day,
-    )
+    let (year, month) = year_month(b);
+    in_month(year, month, day)
 }
 
 /// Whether `day` is a day of `month` (1 to 12) of `year` in the proleptic
