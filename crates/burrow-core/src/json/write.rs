@@ -362,13 +362,28 @@ pub fn write_row(
         }
         write_str(out, table.column_name(*c));
         out.push(b':');
-        match c {
-            Column::Id => write_i64(out, *id.insert(row.id()?)),
-            Column::Field(f) => write_field(out, table, *f, row, typed, dialect)?,
-        }
+        write_column(out, table, *c, row, typed, dialect, &mut id)?;
     }
     out.push(b'}');
     Ok(id)
+}
+
+/// Appends column `c` of `row`, noting the ID in `id` when it is the ID.
+#[inline]
+fn write_column(
+    out: &mut Vec<u8>,
+    table: &Table,
+    c: Column,
+    row: &dyn Row,
+    typed: bool,
+    dialect: JsonDialect,
+    id: &mut Option<i64>,
+) -> Result<()> {
+    match c {
+        Column::Id => write_i64(out, *id.insert(row.id()?)),
+        Column::Field(f) => write_field(out, table, f, row, typed, dialect)?,
+    }
+    Ok(())
 }
 
 /// Appends field `idx` of `row`. From a row that hands values over as they
@@ -611,10 +626,7 @@ impl<'a> ListWriter<'a> {
             let mut id = None;
             for c in self.columns {
                 out.push(b',');
-                match c {
-                    Column::Id => write_i64(out, *id.insert(row.id()?)),
-                    Column::Field(f) => write_field(out, self.table, *f, row, typed, self.dialect)?,
-                }
+                write_column(out, self.table, *c, row, typed, self.dialect, &mut id)?;
             }
             id
         } else {
