@@ -69,10 +69,13 @@ pub fn by_one(id: &str, n: usize, repeat: usize) -> Result<Vec<f64>, String> {
     let mut batch = Batch::new();
     batch.add_all(make_all(n));
     client.send(&mut batch).map_err(err)?;
-    let mut rates = Vec::new();
-    for threads in THREADS {
-        let mut best = 0f64;
-        for _ in 0..repeat {
+    // The thread counts take turns, one run each per round, rather than
+    // each running all its repeats in a row: on a shared machine a stretch
+    // of slow seconds then lowers every count alike, and their ratios
+    // compare runs made side by side.
+    let mut rates = vec![0f64; THREADS.len()];
+    for _ in 0..repeat {
+        for (best, threads) in rates.iter_mut().zip(THREADS) {
             let total = threads * n;
             let next = AtomicUsize::new(0);
             let start = Instant::now();
@@ -116,9 +119,8 @@ pub fn by_one(id: &str, n: usize, repeat: usize) -> Result<Vec<f64>, String> {
             for rows in &passes {
                 verify_read(rows, n, since)?;
             }
-            best = best.max(total as f64 / secs);
+            *best = best.max(total as f64 / secs);
         }
-        rates.push(best);
     }
     Ok(rates)
 }
