@@ -24,6 +24,7 @@ mod one_table;
 mod orm;
 mod query;
 mod record;
+mod reentry;
 mod row;
 mod schema;
 mod storage;
@@ -56,6 +57,7 @@ pub mod driver {
     pub use crate::batch::field_subset;
     pub use crate::cache::{CacheScope, TxWrites};
     pub use crate::nowait::{refuse, taken_now, waits_refused, without_waiting};
+    pub use crate::reentry::{holding, nested, Holding};
     /// One-table SQL read without an SQL engine, as the memory engine and
     /// [`crate::Orm::sql_list`] read it.
     pub mod one_table {

@@ -287,6 +287,16 @@ pub trait Orm {
 
     /// Streams the selected `T`s through `f`, reading every row into one record
     /// whose text and blob buffers are reused.
+    ///
+    /// `f` may call the engine again. Where the read holds a lock the call
+    /// needs, the call fails at once with [`Error::BadInput`] and does
+    /// nothing, rather than wait for its own thread: on SQLite, a write (or,
+    /// without reader connections, any call) while the read runs on the
+    /// writer's connection, and a call of the transaction the read belongs
+    /// to; on the memory engine, a write. An engine that lends pooled
+    /// connections waits for a free one as any call does ([`Error::Busy`]
+    /// after its lock timeout when the read holds the only one). To write
+    /// what a read finds, collect it first ([`Orm::select`]).
     fn for_each<T: Record>(
         &self,
         query: &Query,

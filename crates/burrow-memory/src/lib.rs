@@ -126,11 +126,12 @@ use std::path::Path;
 use std::ptr;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{
-    Arc, Condvar, Mutex, PoisonError, RwLock, RwLockReadGuard, RwLockWriteGuard, TryLockResult,
+    Arc, Condvar, Mutex, PoisonError, RwLock, RwLockReadGuard, RwLockWriteGuard, TryLockError,
+    TryLockResult,
 };
 use std::time::Instant;
 
-use burrow_core::driver::{apply_each, next_tx_token};
+use burrow_core::driver::{apply_each, holding, next_tx_token};
 use burrow_core::eval::column;
 use burrow_core::{
     BatchItem, BatchOp, BatchResult, Caps, Column, EngineTx, Error, Fields, Filter, Result, Row,
@@ -352,18 +353,47 @@ impl MemoryEngine {
     /// Locks for reading, for a call of transaction `tx` or, for `None`, for
     /// a call of the engine's own once no transaction is open.
     #[inline]
-    fn read(&self, tx: Option<u64>) -> Result<RwLockReadGuard<'_, State>> {
-        if tx.is_none() && burrow_core::driver::waits_refused() {
-            return lock_now(self.state.try_read());
+    fn read(&self, tx: Option<u64>) -> Result<Marked<RwLockReadGuard<'_, State>>> {
+        if holding(&self.state) {
+            return self.read_nested(tx);
         }
-        self.lock(tx, || {
-            self.state.read().unwrap_or_else(PoisonError::into_inner)
-        })
+        let g = if tx.is_none() && burrow_core::driver::waits_refused() {
+            lock_now(self.state.try_read())?
+        } else {
+            self.lock(tx, || {
+                self.state.read().unwrap_or_else(PoisonError::into_inner)
+            })?
+        };
+        Ok(Marked::new(&self.state, g))
     }
 
-    /// Locks for writing, as [`MemoryEngine::read`] does.
+    /// A read from a row callback of this thread's own read (writes run no
+    /// callbacks, so the lock is held for reading). Another read lock is
+    /// taken only if it is free this instant: a writer queued behind the
+    /// outer read keeps new readers out until the outer read ends, which
+    /// waits for this one. A call of the engine's own would also wait for
+    /// the transaction the outer read belongs to.
+    #[cold]
+    #[inline(never)]
+    fn read_nested(&self, tx: Option<u64>) -> Result<Marked<RwLockReadGuard<'_, State>>> {
+        let g = match self.state.try_read() {
+            Ok(g) => g,
+            Err(TryLockError::Poisoned(p)) => p.into_inner(),
+            Err(TryLockError::WouldBlock) => return Err(burrow_core::driver::nested(ENGINE)),
+        };
+        if tx.is_none() && g.owner.is_some() {
+            return Err(burrow_core::driver::nested(ENGINE));
+        }
+        Ok(Marked::new(&self.state, g))
+    }
+
+    /// Locks for writing, as [`MemoryEngine::read`] does; refused at once
+    /// from a row callback of this thread's own read.
     #[inline]
     fn write(&self, tx: Option<u64>) -> Result<RwLockWriteGuard<'_, State>> {
+        if holding(&self.state) {
+            return Err(burrow_core::driver::nested(ENGINE));
+        }
         if tx.is_none() && burrow_core::driver::waits_refused() {
             return lock_now(self.state.try_write());
         }
@@ -429,6 +459,9 @@ impl MemoryEngine {
     /// [`MemoryOptions::save_on_commit`], a commit that wrote something is
     /// saved; an error then means the save failed, the commit stands.
     fn end_tx(&self, token: u64, commit: bool) -> Result<()> {
+        if holding(&self.state) {
+            return Err(burrow_core::driver::nested(ENGINE));
+        }
         let mut g = self.state.write().unwrap_or_else(PoisonError::into_inner);
         debug_assert_eq!(g.owner, Some(token), "a transaction ended twice");
         let wrote = !g.undo.is_empty();
@@ -532,6 +565,34 @@ impl Drop for MemoryTx {
 /// The lock `got` tried to take, for a call of the engine's own that must
 /// not wait (see [`burrow_core::driver::without_waiting`]): refused if it
 /// was held, or if a transaction is open.
+/// A read guard of the state, marked as held by this thread while it lives,
+/// so that a row callback that calls the engine again is answered at once
+/// rather than left waiting for its own thread
+/// ([`burrow_core::driver::Holding`]).
+struct Marked<G> {
+    // Declared before the guard: unmarked before the lock is released.
+    _mark: burrow_core::driver::Holding,
+    g: G,
+}
+
+impl<G> Marked<G> {
+    #[inline]
+    fn new(lock: &RwLock<State>, g: G) -> Self {
+        Marked {
+            _mark: burrow_core::driver::Holding::new(lock),
+            g,
+        }
+    }
+}
+
+impl<G: Deref> Deref for Marked<G> {
+    type Target = G::Target;
+    #[inline]
+    fn deref(&self) -> &G::Target {
+        &self.g
+    }
+}
+
 fn lock_now<G: Deref<Target = State>>(got: TryLockResult<G>) -> Result<G> {
     let g = burrow_core::driver::taken_now(got, ENGINE)?;
     if g.owner.is_some() {

@@ -284,7 +284,10 @@ impl SqliteEngine {
 
     /// The engine's lock for a backup step, which must not give way to itself.
     /// Also says whether another caller held the lock when the step came.
-    fn step_lock(&self) -> Result<(std::sync::MutexGuard<'_, crate::Inner>, bool)> {
+    fn step_lock(&self) -> Result<(crate::Locked<'_>, bool)> {
+        if burrow_core::driver::holding(&self.inner) {
+            return Err(burrow_core::driver::nested(crate::ENGINE));
+        }
         let g = match self.inner.try_lock() {
             Ok(g) => g,
             Err(std::sync::TryLockError::Poisoned(p)) => p.into_inner(),
@@ -293,7 +296,7 @@ impl SqliteEngine {
                 let g = self.inner.lock().unwrap_or_else(PoisonError::into_inner);
                 self.turn.set(false);
                 if g.owner.is_none() {
-                    return Ok((g, true));
+                    return Ok((crate::Locked::new(&self.inner, g), true));
                 }
                 drop(g);
                 // A transaction is open: wait for it as any call does.
@@ -301,7 +304,7 @@ impl SqliteEngine {
             }
         };
         if g.owner.is_none() {
-            return Ok((g, false));
+            return Ok((crate::Locked::new(&self.inner, g), false));
         }
         drop(g);
         Ok((self.lock(None)?, true))

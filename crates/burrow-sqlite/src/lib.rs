@@ -349,7 +349,10 @@ impl SqliteEngine {
     /// Locks the connection for a call of transaction `tx`, or, for `None`,
     /// for a call of its own once no transaction is open (waiting for one at
     /// most the busy timeout).
-    fn lock(&self, tx: Option<u64>) -> Result<MutexGuard<'_, Inner>> {
+    fn lock(&self, tx: Option<u64>) -> Result<Locked<'_>> {
+        if burrow_core::driver::holding(&self.inner) {
+            return Err(burrow_core::driver::nested(ENGINE));
+        }
         if tx.is_none() {
             if burrow_core::driver::waits_refused() {
                 return self.lock_now();
@@ -358,8 +361,8 @@ impl SqliteEngine {
         }
         let g = self.inner.lock().unwrap_or_else(PoisonError::into_inner);
         match (tx, g.owner) {
-            (None, None) => Ok(g),
-            (Some(t), Some(o)) if t == o => Ok(g),
+            (None, None) => Ok(Locked::new(&self.inner, g)),
+            (Some(t), Some(o)) if t == o => Ok(Locked::new(&self.inner, g)),
             (Some(_), _) => Err(Error::Transaction("the transaction has ended")),
             (None, Some(_)) => {
                 let waited = self.options.busy_timeout;
@@ -373,9 +376,44 @@ impl SqliteEngine {
                         waited,
                     });
                 }
-                Ok(g)
+                Ok(Locked::new(&self.inner, g))
             }
         }
+    }
+}
+
+/// The writer's connection, locked, and marked as held by this thread for as
+/// long as the guard lives: a row callback of a read on it, or the closure
+/// of `with_connection`, that calls the engine again gets an error at once
+/// rather than waiting for its own thread ([`burrow_core::driver::Holding`]).
+pub(crate) struct Locked<'a> {
+    // Declared before the guard: unmarked before the mutex is released.
+    _mark: burrow_core::driver::Holding,
+    g: MutexGuard<'a, Inner>,
+}
+
+impl<'a> Locked<'a> {
+    #[inline]
+    pub(crate) fn new(lock: &Mutex<Inner>, g: MutexGuard<'a, Inner>) -> Self {
+        Locked {
+            _mark: burrow_core::driver::Holding::new(lock),
+            g,
+        }
+    }
+}
+
+impl std::ops::Deref for Locked<'_> {
+    type Target = Inner;
+    #[inline]
+    fn deref(&self) -> &Inner {
+        &self.g
+    }
+}
+
+impl std::ops::DerefMut for Locked<'_> {
+    #[inline]
+    fn deref_mut(&mut self) -> &mut Inner {
+        &mut self.g
     }
 }
 
@@ -383,7 +421,10 @@ impl SqliteEngine {
     /// Locks the connection for a call of its own if that needs no wait:
     /// no transaction open, no backup step waiting for its turn, the mutex
     /// free; else refuses (see [`burrow_core::driver::without_waiting`]).
-    fn lock_now(&self) -> Result<MutexGuard<'_, Inner>> {
+    fn lock_now(&self) -> Result<Locked<'_>> {
+        if burrow_core::driver::holding(&self.inner) {
+            return Err(burrow_core::driver::nested(ENGINE));
+        }
         if self.turn.wanted() {
             return Err(burrow_core::driver::refuse(ENGINE));
         }
@@ -391,7 +432,7 @@ impl SqliteEngine {
         if g.owner.is_some() {
             return Err(burrow_core::driver::refuse(ENGINE));
         }
-        Ok(g)
+        Ok(Locked::new(&self.inner, g))
     }
 }
 
@@ -1016,7 +1057,7 @@ struct At<'a> {
 /// The connection a read runs on.
 enum ReadConn<'a> {
     Reader(readers::ReaderGuard<'a>),
-    Writer(MutexGuard<'a, Inner>),
+    Writer(Locked<'a>),
 }
 
 impl At<'_> {
@@ -1050,7 +1091,7 @@ impl At<'_> {
                     // Not inside a transaction begun on the connection itself
                     // (`with_connection`): a read there would see its writes.
                     Ok(g) if g.owner.is_none() && g.conn.is_autocommit() => {
-                        return Ok(ReadConn::Writer(g));
+                        return Ok(ReadConn::Writer(Locked::new(&self.engine.inner, g)));
                     }
                     Ok(_) => {}
                     Err(_) => readers::stick_to_reader(pool),

@@ -417,3 +417,66 @@ fn a_memory_name_with_wal_asked_keeps_one_connection() -> Res {
     assert_eq!(reader.join().expect("reader thread")?, 5);
     Ok(())
 }
+
+/// Calls of the engine from inside its own row callbacks on one thread. On
+/// a WAL file a nested read runs on a reader, and from then on the thread's
+/// reads do, so a write from their callbacks is done. A nested call of a
+/// transaction from its own read, and a call from inside `with_connection`,
+/// would wait for the writer the thread holds: they are refused at once,
+/// changing nothing. (An in-memory database, one connection, refuses nested
+/// reads and writes alike: the conformance tests.)
+#[test]
+fn calls_from_inside_a_read_run_on_a_reader_or_are_refused_at_once() -> Res {
+    let dir = tempfile::tempdir()?;
+    let opts = wal(&dir.path().join("nested.db"), false);
+    let (db, engine) = open(opts)?;
+    for i in 0..3 {
+        db.add(&mut account(&format!("a{i}"), i))?;
+    }
+    let before = db.select::<Account>(&burrow_core::Query::all().order_by("ID"))?;
+    let refused = |e: &Error| matches!(e, Error::BadInput(m) if m.contains("row callback"));
+    within(Duration::from_secs(60), move || -> Result<(), String> {
+        let q = burrow_core::Query::all().order_by("ID");
+        let mut seen = 0;
+        db.for_each::<Account>(&q, &mut |a| {
+            let back: Account = db.retrieve(a.id)?;
+            assert_eq!(&back, a);
+            seen += 1;
+            Ok(())
+        })
+        .map_err(|e| format!("nested read: {e}"))?;
+        assert_eq!(seen, 3);
+        // Having found the writer taken, this thread now reads on a reader:
+        // a write from the callback takes the writer and is done.
+        db.for_each::<Account>(&q, &mut |a| {
+            let mut a = a.clone();
+            a.balance += 10;
+            db.update(&mut a).map(|_| ())
+        })
+        .map_err(|e| format!("nested write: {e}"))?;
+        let tx = db.transaction().map_err(|e| e.to_string())?;
+        let e = tx
+            .for_each::<Account>(&q, &mut |a| {
+                let mut a = a.clone();
+                a.balance += 1;
+                tx.update(&mut a).map(|_| ())
+            })
+            .expect_err("a nested call of the transaction is refused");
+        assert!(refused(&e), "{e}");
+        tx.rollback().map_err(|e| e.to_string())?;
+        let e = engine
+            .with_connection(|_| Ok(db.add(&mut account("inside", 1))))
+            .map_err(|e| e.to_string())?
+            .expect_err("a call from inside with_connection is refused");
+        assert!(refused(&e), "{e}");
+        let after = db.select::<Account>(&q).map_err(|e| e.to_string())?;
+        let want: Vec<i64> = before.iter().map(|a| a.balance + 10).collect();
+        let got: Vec<i64> = after.iter().map(|a| a.balance).collect();
+        assert_eq!(
+            got, want,
+            "the nested writes done, the refused calls changed nothing"
+        );
+        Ok(())
+    })?;
+    Ok(())
+}

@@ -3,7 +3,7 @@
 use std::collections::HashSet;
 
 use burrow::chrono::Utc;
-use burrow::{params, Error, Orm, Query, Value};
+use burrow::{params, Error, ErrorKind, Orm, Query, Value};
 
 use crate::common::*;
 
@@ -29,6 +29,7 @@ conformance!(
     select_orders_limits_and_offsets,
     for_each_streams_every_row,
     for_each_stops_on_the_callbacks_error,
+    row_callback_calling_the_engine_again_works_or_fails_at_once,
     count_with_and_without_where,
     one_field_value_is_typed,
     unknown_table_is_refused_everywhere,
@@ -809,5 +810,58 @@ fn add_or_update_from_many_threads_adds_one_row(f: &dyn Factory) -> TestResult {
     assert_eq!(added.iter().sum::<usize>(), 40, "{}: {added:?}", f.name());
     assert_eq!(c.count::<Sample>("", &[])?, 40);
     assert_eq!(c.retrieve::<Sample>(120)?.name, "n120");
+    Ok(())
+}
+
+/// A row callback that calls the same engine again, on the same thread: a
+/// read by ID, then an update. Each engine either does it, or refuses at once
+/// (`BadInput`, or `Busy` after its lock timeout where it waits for a pooled
+/// connection) and changes nothing. It must never wait for itself (a hang,
+/// caught by the watchdog) nor panic.
+fn row_callback_calling_the_engine_again_works_or_fails_at_once(f: &dyn Factory) -> TestResult {
+    let store = f.fresh()?;
+    let c = store.open()?;
+    let seeded = seed(&c, "nest", 5)?;
+    let (done, watch) = std::sync::mpsc::channel::<()>();
+    let name = f.name().to_string();
+    std::thread::spawn(move || {
+        if let Err(std::sync::mpsc::RecvTimeoutError::Timeout) =
+            watch.recv_timeout(std::time::Duration::from_secs(120))
+        {
+            eprintln!("{name}: a row callback calling the engine again never returned");
+            std::process::abort();
+        }
+    });
+    let allowed = |e: &Error| matches!(e.kind(), ErrorKind::BadInput | ErrorKind::Busy);
+    let mut reads = 0;
+    let r = c.for_each::<Sample>(&Query::all().order_by("ID"), &mut |s| {
+        let back: Option<Sample> = c.get(s.id)?;
+        assert_eq!(back.as_ref(), Some(s), "{}: nested read", f.name());
+        reads += 1;
+        Ok(())
+    });
+    match r {
+        Ok(()) => assert_eq!(reads, seeded.len(), "{}", f.name()),
+        Err(e) => assert!(allowed(&e), "{}: nested read failed with {e}", f.name()),
+    }
+    let r = c.for_each::<Sample>(&Query::all().order_by("ID"), &mut |s| {
+        let mut s = s.clone();
+        s.age += 100;
+        c.update(&mut s)?;
+        Ok(())
+    });
+    let now = c.select::<Sample>(&Query::all().order_by("ID"))?;
+    match r {
+        Ok(()) => {
+            let ages: Vec<i32> = now.iter().map(|s| s.age).collect();
+            let want: Vec<i32> = seeded.iter().map(|s| s.age + 100).collect();
+            assert_eq!(ages, want, "{}: every row updated", f.name());
+        }
+        Err(e) => {
+            assert!(allowed(&e), "{}: nested write failed with {e}", f.name());
+            same(&now, &seeded, "nothing changed by the refused write")?;
+        }
+    }
+    let _ = done.send(());
     Ok(())
 }
