@@ -99,17 +99,15 @@ impl PgSetup {
         // during every call; it ends when the server closes the socket.
         #[cfg(feature = "tls")]
         if let Some(tls) = &self.tls {
-            let (client, connection) = rt
-                .block_on(self.config.connect(tls.clone()))
-                .map_err(|e| classify(&e, true))?;
+            let (client, connection) =
+                block(&rt, self.config.connect(tls.clone())).map_err(|e| classify(&e, true))?;
             rt.spawn(async move {
                 let _ = connection.await;
             });
             return self.set_up(rt, client);
         }
-        let (client, connection) = rt
-            .block_on(self.config.connect(NoTls))
-            .map_err(|e| classify(&e, true))?;
+        let (client, connection) =
+            block(&rt, self.config.connect(NoTls)).map_err(|e| classify(&e, true))?;
         rt.spawn(async move {
             let _ = connection.await;
         });
@@ -213,23 +211,44 @@ fn err_of(client: &Client, e: &tokio_postgres::Error) -> DbError {
     d
 }
 
+/// Runs `f` on `rt` to its end. A streamed read hands its rows to the
+/// caller inside its runtime's `block_on`, and Tokio refuses (a panic) to
+/// block a thread inside a runtime: a row callback that calls a PostgreSQL
+/// engine again (this one, on another pooled connection) would fail so. From
+/// inside a runtime, `f` runs on a short-lived thread of its own while this
+/// one waits; elsewhere, here, at no cost.
+fn block<F>(rt: &tokio::runtime::Runtime, f: F) -> F::Output
+where
+    F: std::future::Future + Send,
+    F::Output: Send,
+{
+    if tokio::runtime::Handle::try_current().is_err() {
+        return rt.block_on(f);
+    }
+    std::thread::scope(|s| s.spawn(|| rt.block_on(f)).join())
+        .unwrap_or_else(|p| std::panic::resume_unwind(p))
+}
+
 /// Runs `run` (one statement) under a savepoint when `guard` is set, all
 /// pipelined in one round trip; on failure rolls back to the savepoint, so the
 /// transaction goes on as if the statement had not been sent.
-fn guarded<T>(
+fn guarded<T: Send>(
     rt: &tokio::runtime::Runtime,
     client: &Client,
     guard: bool,
-    run: impl std::future::Future<Output = Result<T, tokio_postgres::Error>>,
+    run: impl std::future::Future<Output = Result<T, tokio_postgres::Error>> + Send,
 ) -> Result<T, DbError> {
     if !guard {
-        return rt.block_on(run).map_err(|e| err_of(client, &e));
+        return block(rt, run).map_err(|e| err_of(client, &e));
     }
-    let (sp, r, rel) = rt.block_on(join3(
-        client.batch_execute("SAVEPOINT burrow_stmt"),
-        run,
-        client.batch_execute("RELEASE SAVEPOINT burrow_stmt"),
-    ));
+    let (sp, r, rel) = block(
+        rt,
+        join3(
+            client.batch_execute("SAVEPOINT burrow_stmt"),
+            run,
+            client.batch_execute("RELEASE SAVEPOINT burrow_stmt"),
+        ),
+    );
     if let Err(e) = sp {
         return Err(err_of(client, &e));
     }
@@ -241,9 +260,12 @@ fn guarded<T>(
         Err(e) => {
             let failure = err_of(client, &e);
             if failure.kind != DbErrorKind::Lost {
-                rt.block_on(client.batch_execute(
-                    "ROLLBACK TO SAVEPOINT burrow_stmt; RELEASE SAVEPOINT burrow_stmt",
-                ))
+                block(
+                    rt,
+                    client.batch_execute(
+                        "ROLLBACK TO SAVEPOINT burrow_stmt; RELEASE SAVEPOINT burrow_stmt",
+                    ),
+                )
                 .map_err(|e| err_of(client, &e))?;
             }
             Err(failure)
@@ -256,10 +278,8 @@ impl PgConn {
         if let Some(s) = self.stmts.get(sql) {
             return Ok(s.clone());
         }
-        let stmt = self
-            .rt
-            .block_on(self.client.prepare(sql))
-            .map_err(|e| err_of(&self.client, &e))?;
+        let stmt =
+            block(&self.rt, self.client.prepare(sql)).map_err(|e| err_of(&self.client, &e))?;
         if self.stmts.len() >= STATEMENT_CACHE {
             self.stmts.clear();
         }
@@ -276,9 +296,12 @@ impl PgConn {
         out: &mut RowFn<'_>,
     ) -> Result<(), QueryError> {
         let stmt = self.prepare(sql)?;
-        if guard {
+        // Streamed, the rows reach `out` inside the runtime; from inside
+        // another's (a row callback of a streamed read calling this engine
+        // again) they are read whole first: see [`block`].
+        if guard || tokio::runtime::Handle::try_current().is_ok() {
             let client = &self.client;
-            let rows: Vec<Row> = guarded(&self.rt, client, true, client.query(&stmt, params))?;
+            let rows: Vec<Row> = guarded(&self.rt, client, guard, client.query(&stmt, params))?;
             for row in &rows {
                 out(&PgRow(row)).map_err(QueryError::Out)?;
             }
@@ -331,8 +354,9 @@ impl PgConn {
                 .flat_map(|(_, params)| params.iter().map(PgArg))
                 .collect();
             let mut from = 0;
-            let answers = self.rt.block_on(join_all(part.iter().zip(&stmts[at..]).map(
-                |((_, params), stmt)| {
+            let answers = block(
+                &self.rt,
+                join_all(part.iter().zip(&stmts[at..]).map(|((_, params), stmt)| {
                     let mine = &args[from..from + params.len()];
                     from += params.len();
                     async move {
@@ -341,8 +365,8 @@ impl PgConn {
                             .await?;
                         rows.try_collect::<Vec<Row>>().await
                     }
-                },
-            )));
+                })),
+            );
             let mut lists = Vec::with_capacity(answers.len());
             for a in answers {
                 lists.push(a.map_err(|e| QueryError::Db(err_of(client, &e)))?);
@@ -421,9 +445,7 @@ impl Conn for PgConn {
     }
 
     fn simple(&mut self, sql: &str) -> Result<(), DbError> {
-        self.rt
-            .block_on(self.client.batch_execute(sql))
-            .map_err(|e| err_of(&self.client, &e))
+        block(&self.rt, self.client.batch_execute(sql)).map_err(|e| err_of(&self.client, &e))
     }
 
     fn last_insert_id(&mut self) -> i64 {
