@@ -57,7 +57,7 @@ pub mod driver {
     pub use crate::batch::field_subset;
     pub use crate::cache::{CacheScope, TxWrites};
     pub use crate::nowait::{refuse, taken_now, waits_refused, without_waiting};
-    pub use crate::reentry::{holding, nested, Holding};
+    pub use crate::reentry::{held, holding, nested, Holding};
     /// One-table SQL read without an SQL engine, as the memory engine and
     /// [`crate::Orm::sql_list`] read it.
     pub mod one_table {

@@ -293,10 +293,10 @@ pub trait Orm {
     /// nothing, rather than wait for its own thread: on SQLite, a write (or,
     /// without reader connections, any call) while the read runs on the
     /// writer's connection, and a call of the transaction the read belongs
-    /// to; on the memory engine, a write. An engine that lends pooled
-    /// connections waits for a free one as any call does ([`Error::Busy`]
-    /// after its lock timeout when the read holds the only one). To write
-    /// what a read finds, collect it first ([`Orm::select`]).
+    /// to; on the memory engine, a write; on an engine that lends pooled
+    /// connections, a call when this thread's calls hold every connection
+    /// of the pool. To write what a read finds, collect it first
+    /// ([`Orm::select`]).
     fn for_each<T: Record>(
         &self,
         query: &Query,

@@ -87,6 +87,17 @@ pub fn holding<T: ?Sized>(lock: &T) -> bool {
     })
 }
 
+/// How many live [`Holding`] marks of this thread are on `lock` (a pool's
+/// connections, say, several of which one thread may hold at once).
+#[inline]
+pub fn held<T: ?Sized>(lock: &T) -> usize {
+    let at = std::ptr::from_ref(lock).cast::<()>() as usize;
+    MARKS.with(|m| {
+        let n = m.count.get();
+        m.held[..n].iter().filter(|c| c.get() == at).count()
+    })
+}
+
 /// The error of a call refused because its own thread holds the lock it
 /// needs, inside a row callback of a read of `engine`.
 #[cold]
@@ -113,6 +124,8 @@ mod test {
             {
                 let _hb = Holding::new(&b);
                 assert!(holding(&a) && holding(&b));
+                let _ha2 = Holding::new(&a);
+                assert_eq!((super::held(&a), super::held(&b)), (2, 1));
             }
             assert!(holding(&a) && !holding(&b));
         }

@@ -86,6 +86,7 @@ impl Pool {
         Ok(Lease {
             pool: self,
             pooled: Some(self.take()?),
+            _mark: burrow_core::driver::Holding::new(self),
         })
     }
 
@@ -131,6 +132,12 @@ impl Pool {
                         Err(e.into_error(ENGINE, None))
                     }
                 };
+            }
+            // Every connection lent to calls of this thread (a row callback
+            // of a read calling the engine again): no other caller can give
+            // one back, and the wait would only end at the timeout.
+            if burrow_core::driver::held(self) >= self.size {
+                return Err(burrow_core::driver::nested(self.engine));
             }
             let now = Instant::now();
             let start = *started.get_or_insert(now);
@@ -189,6 +196,10 @@ pub struct Lease<'p> {
     pool: &'p Pool,
     /// Always `Some` until dropped.
     pooled: Option<Pooled>,
+    /// Marks the pool as lending a connection to this thread's call, which
+    /// may run a caller's row callback ([`Pool::take`] refuses to wait for
+    /// itself).
+    _mark: burrow_core::driver::Holding,
 }
 
 impl Lease<'_> {
@@ -286,6 +297,33 @@ mod test {
             1,
             "the one connection reused"
         );
+        Ok(())
+    }
+
+    #[test]
+    fn a_thread_holding_every_lent_connection_is_refused_at_once() -> Result<()> {
+        let timeout = Duration::from_secs(30);
+        let (p, _) = pool(2, timeout);
+        let first = p.acquire()?;
+        let second = p.acquire()?;
+        let start = Instant::now();
+        match p.acquire() {
+            Err(e @ Error::BadInput(_)) => assert!(e.to_string().contains("row callback"), "{e}"),
+            Err(e) => panic!("expected BadInput, got {e}"),
+            Ok(_) => panic!("a third connection beyond the pool's size"),
+        }
+        assert!(start.elapsed() < timeout, "refused without waiting");
+        drop(second);
+        drop(p.acquire()?);
+        // Another thread, holding none, waits for one as before.
+        std::thread::scope(|s| {
+            let held = p.acquire().expect("the second connection");
+            let waiter = s.spawn(|| p.acquire().map(drop));
+            std::thread::sleep(Duration::from_millis(20));
+            drop(held);
+            waiter.join().expect("waiter panicked")
+        })?;
+        drop(first);
         Ok(())
     }
 
