@@ -562,9 +562,6 @@ impl Drop for MemoryTx {
     }
 }
 
-/// The lock `got` tried to take, for a call of the engine's own that must
-/// not wait (see [`burrow_core::driver::without_waiting`]): refused if it
-/// was held, or if a transaction is open.
 /// A read guard of the state, marked as held by this thread while it lives,
 /// so that a row callback that calls the engine again is answered at once
 /// rather than left waiting for its own thread
@@ -593,6 +590,9 @@ impl<G: Deref> Deref for Marked<G> {
     }
 }
 
+/// The lock `got` tried to take, for a call of the engine's own that must
+/// not wait (see [`burrow_core::driver::without_waiting`]): refused if it
+/// was held, or if a transaction is open.
 fn lock_now<G: Deref<Target = State>>(got: TryLockResult<G>) -> Result<G> {
     let g = burrow_core::driver::taken_now(got, ENGINE)?;
     if g.owner.is_some() {

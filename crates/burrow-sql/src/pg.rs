@@ -216,7 +216,7 @@ fn err_of(client: &Client, e: &tokio_postgres::Error) -> DbError {
 /// block a thread inside a runtime: a row callback that calls a PostgreSQL
 /// engine again (this one, on another pooled connection) would fail so. From
 /// inside a runtime, `f` runs on a short-lived thread of its own while this
-/// one waits; elsewhere, here, at no cost.
+/// one waits; elsewhere it runs on this thread, at no extra cost.
 fn block<F>(rt: &tokio::runtime::Runtime, f: F) -> F::Output
 where
     F: std::future::Future + Send,
