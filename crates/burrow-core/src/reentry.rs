@@ -80,11 +80,7 @@ impl Drop for Holding {
 /// Whether this thread holds the lock at `lock` (marked by a live [`Holding`]).
 #[inline]
 pub fn holding<T: ?Sized>(lock: &T) -> bool {
-    let at = std::ptr::from_ref(lock).cast::<()>() as usize;
-    MARKS.with(|m| {
-        let n = m.count.get();
-        n > 0 && m.held[..n].iter().any(|c| c.get() == at)
-    })
+    held(lock) > 0
 }
 
 /// How many live [`Holding`] marks of this thread are on `lock` (a pool's

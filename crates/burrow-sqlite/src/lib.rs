@@ -350,13 +350,13 @@ impl SqliteEngine {
     /// for a call of its own once no transaction is open (waiting for one at
     /// most the busy timeout).
     fn lock(&self, tx: Option<u64>) -> Result<Locked<'_>> {
+        if tx.is_none() && burrow_core::driver::waits_refused() {
+            return self.lock_now();
+        }
         if burrow_core::driver::holding(&self.inner) {
             return Err(burrow_core::driver::nested(ENGINE));
         }
         if tx.is_none() {
-            if burrow_core::driver::waits_refused() {
-                return self.lock_now();
-            }
             self.turn.give_way();
         }
         let g = self.inner.lock().unwrap_or_else(PoisonError::into_inner);
