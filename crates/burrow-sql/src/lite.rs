@@ -9,7 +9,7 @@ use std::time::Duration;
 
 use burrow_core::datetime::DATETIME_BUF;
 use burrow_core::{Error, Result, ValueRef};
-use burrow_sqlite::{KeptConnection, KeptStatement, RawStmt, TimeText};
+use burrow_sqlite::{DateTexts, KeptConnection, KeptStatement, RawStmt, TimeText};
 use rusqlite::types::ValueRef as SqlValue;
 use rusqlite::{Connection, OpenFlags};
 
@@ -71,6 +71,7 @@ impl LiteSetup {
 
     /// Opens a connection.
     pub fn connect(&self) -> Result<LiteConn, DbError> {
+        burrow_sqlite::configure_library();
         let conn = match (&self.path, &self.vfs) {
             // unix-excl takes a POSIX lock on the file once, at open, and keeps
             // it; the connections of this process then lock each other in
@@ -91,6 +92,7 @@ impl LiteSetup {
         }
         Ok(LiteConn {
             kept: KeptConnection::new(conn),
+            dates: DateTexts::default(),
         })
     }
 }
@@ -98,6 +100,8 @@ impl LiteSetup {
 /// One SQLite connection.
 pub struct LiteConn {
     kept: KeptConnection,
+    /// The text of a write's dates, bound in place.
+    dates: DateTexts,
 }
 
 fn classify(e: rusqlite::Error) -> DbError {
@@ -145,8 +149,9 @@ impl Conn for LiteConn {
         _guard: bool,
     ) -> Result<u64, DbError> {
         let mut stmt = self.kept.statement(sql).map_err(classify)?;
-        bind(&mut stmt, params).map_err(classify)?;
-        stmt.raw_execute().map(|n| n as u64).map_err(classify)
+        stmt.execute_in_place(params, &mut self.dates)
+            .map(|n| n as u64)
+            .map_err(classify)
     }
 
     fn query(

@@ -23,12 +23,36 @@ use crate::statements::TableSql;
 /// while it has exclusive access to the connection, as it does for the
 /// connection itself.
 pub struct Hot {
-    pub insert: Statement<'static>,
-    pub insert_new: Statement<'static>,
+    pub insert: RawStmt,
+    pub insert_new: RawStmt,
     pub select_by_id: RawStmt,
     pub update_all: Statement<'static>,
     pub delete: Statement<'static>,
-    pub bulk_insert: Statement<'static>,
+    pub bulk_insert: RawStmt,
+}
+
+/// Sets up the SQLite library for Burrow once per process, before its first
+/// connection: without memory statistics. With them (SQLite's default),
+/// every allocation SQLite makes takes and releases a process-wide mutex to
+/// count the bytes, about 6% of an in-memory insert counted with callgrind,
+/// and a point where threads on separate connections contend. Burrow uses
+/// neither the counts nor the soft heap limit that needs them. SQLite takes
+/// such settings only before it starts: where the process opened SQLite
+/// before Burrow did, its settings stay and this does nothing.
+pub fn configure_library() {
+    static ONCE: std::sync::Once = std::sync::Once::new();
+    ONCE.call_once(|| {
+        // SAFETY: sqlite3_config is called with the option's documented
+        // argument (an int); before sqlite3_initialize it applies, after it
+        // SQLite refuses it with SQLITE_MISUSE and changes nothing. Once
+        // guards against two threads calling it at once.
+        unsafe {
+            rusqlite::ffi::sqlite3_config(
+                rusqlite::ffi::SQLITE_CONFIG_MEMSTATUS,
+                0 as std::ffi::c_int,
+            );
+        }
+    });
 }
 
 /// Slots of SQLite's per-connection lookaside allocator: 1200 bytes each (its
@@ -77,12 +101,12 @@ impl Hot {
     /// Prepares the statements of `sql` on `conn`, under the contract above.
     pub fn prepare(conn: &Connection, sql: &TableSql) -> rusqlite::Result<Hot> {
         Ok(Hot {
-            insert: keep(conn, &sql.insert)?,
-            insert_new: keep(conn, &sql.insert_new)?,
+            insert: RawStmt::prepare(conn, &sql.insert)?,
+            insert_new: RawStmt::prepare(conn, &sql.insert_new)?,
             select_by_id: RawStmt::prepare(conn, &sql.select_by_id)?,
             update_all: keep(conn, &sql.update_all)?,
             delete: keep(conn, &sql.delete)?,
-            bulk_insert: keep(conn, &sql.bulk_insert)?,
+            bulk_insert: RawStmt::prepare(conn, &sql.bulk_insert)?,
         })
     }
 }
@@ -145,6 +169,16 @@ impl KeptStatement<'_> {
     /// Runs a statement that returns no rows; returns the rows changed.
     pub fn raw_execute(&mut self) -> rusqlite::Result<usize> {
         self.0.execute()
+    }
+
+    /// Runs a statement that returns no rows with `values` bound in place
+    /// (see [`crate::execute_in_place`]); returns the rows changed.
+    pub fn execute_in_place(
+        &mut self,
+        values: &[burrow_core::ValueRef<'_>],
+        dates: &mut crate::DateTexts,
+    ) -> rusqlite::Result<usize> {
+        crate::execute_in_place(self.0, values, dates)
     }
 
     /// Runs a statement that returns rows; the statement is reset when the

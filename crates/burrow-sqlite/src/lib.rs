@@ -90,15 +90,16 @@ use burrow_core::{
 };
 use rusqlite::types::{ToSqlOutput, ValueRef as SqlValue};
 use rusqlite::{Connection, OpenFlags, Statement};
+use smallvec::SmallVec;
 
 #[cfg(feature = "encryption")]
 pub use backup::verify_encrypted_backup;
 pub use backup::{verify_backup, BackupOptions, BackupProgress, BackupSummary};
 #[cfg(feature = "encryption")]
 pub use crypt::{Key, PageHmac};
-pub use hot::{widen_lookaside, KeptConnection, KeptStatement};
+pub use hot::{configure_library, widen_lookaside, KeptConnection, KeptStatement};
 pub use options::{LockingMode, SqliteOptions, Synchronous};
-pub use raw::{RawStmt, Rows};
+pub use raw::{InPlace, RawStmt, Rows};
 pub use rusqlite;
 
 use hot::Hot;
@@ -141,6 +142,8 @@ struct Inner {
     /// The last date-time written as text: a record's creation and modification
     /// times, and every row of a batch, share one instant.
     last_time: TimeText,
+    /// The text of an insert's dates, bound in place.
+    dates: DateTexts,
     /// The key of an encrypted file: kept here rather than in the options, so
     /// that a rekey replaces the only copy.
     #[cfg(feature = "encryption")]
@@ -198,6 +201,7 @@ impl SqliteEngine {
         #[cfg(not(feature = "encryption"))]
         let keyed = false;
         let vfs = (options.one_process && cfg!(unix)).then_some("unix-excl");
+        configure_library();
         let conn = match &options.path {
             Some(p) => {
                 check_header(p, keyed)?;
@@ -300,6 +304,7 @@ impl SqliteEngine {
                 hook,
                 owner: None,
                 last_time: TimeText::default(),
+                dates: DateTexts::default(),
                 #[cfg(feature = "encryption")]
                 key,
             }),
@@ -564,6 +569,17 @@ pub fn stored<'a>(
     buf: &'a mut [u8; DATETIME_BUF],
 ) -> rusqlite::Result<SqlValue<'a>> {
     Ok(match v {
+        ValueRef::Date(d) => SqlValue::Text(write_date(*d, buf).as_bytes()),
+        ValueRef::DateTime(t) => SqlValue::Text(write_datetime(*t, buf).as_bytes()),
+        v => return stored_in_place(v),
+    })
+}
+
+/// `v` as [`stored`] stores it, for every kind but dates and date-times
+/// (those are text [`DateTexts`] or a buffer holds): borrowed from `v`.
+#[inline]
+fn stored_in_place<'a>(v: &'a ValueRef<'_>) -> rusqlite::Result<SqlValue<'a>> {
+    Ok(match v {
         ValueRef::Null => SqlValue::Null,
         ValueRef::Int(i) => SqlValue::Integer(*i),
         ValueRef::Real(f) if f.is_nan() => {
@@ -574,10 +590,84 @@ pub fn stored<'a>(
         ValueRef::Real(f) => SqlValue::Real(*f),
         ValueRef::Bool(b) => SqlValue::Integer(i64::from(*b)),
         ValueRef::Currency(c) => SqlValue::Integer(c.scaled()),
-        ValueRef::Date(d) => SqlValue::Text(write_date(*d, buf).as_bytes()),
-        ValueRef::DateTime(t) => SqlValue::Text(write_datetime(*t, buf).as_bytes()),
         ValueRef::Text(t) => SqlValue::Text(t.as_bytes()),
         ValueRef::Blob(b) => SqlValue::Blob(b),
+        ValueRef::Date(_) | ValueRef::DateTime(_) => {
+            unreachable!("dates are stored as text written out first")
+        }
+    })
+}
+
+/// The dates and date-times among a statement's values, as the ISO text
+/// SQLite stores, written out before any value is bound so that every value
+/// can be bound in place ([`execute_in_place`]). A date-time equal to the one
+/// before (a batch's stamp, on every row) is written once. A connection keeps
+/// one and reuses it, so a warm statement allocates nothing.
+#[derive(Default)]
+pub struct DateTexts {
+    bytes: Vec<u8>,
+    /// Where each date's text is in `bytes`, in the order of the values.
+    spans: Vec<(usize, usize)>,
+}
+
+/// Bytes of date text a connection keeps between statements; a larger
+/// buffer, left by a long batch, is let go.
+const DATE_TEXTS_KEPT: usize = 64 << 10;
+
+impl DateTexts {
+    fn write(&mut self, values: &[ValueRef<'_>]) {
+        if self.bytes.capacity() > DATE_TEXTS_KEPT {
+            *self = DateTexts::default();
+        }
+        self.bytes.clear();
+        self.spans.clear();
+        let mut last: Option<(DateTime<Utc>, (usize, usize))> = None;
+        let mut buf = [0u8; DATETIME_BUF];
+        for v in values {
+            let text = match v {
+                ValueRef::Date(d) => write_date(*d, &mut buf),
+                ValueRef::DateTime(t) => match last {
+                    Some((at, span)) if at == *t => {
+                        self.spans.push(span);
+                        continue;
+                    }
+                    _ => write_datetime(*t, &mut buf),
+                },
+                _ => continue,
+            };
+            let span = (self.bytes.len(), text.len());
+            self.bytes.extend_from_slice(text.as_bytes());
+            self.spans.push(span);
+            if let ValueRef::DateTime(t) = v {
+                last = Some((*t, span));
+            }
+        }
+    }
+}
+
+/// Runs `stmt`, a statement that returns no rows, with `values` bound in
+/// place from its first parameter on ([`RawStmt::execute_in_place`]): the
+/// rows it changed. `dates` holds their dates' text meanwhile.
+pub fn execute_in_place(
+    stmt: &mut RawStmt,
+    values: &[ValueRef<'_>],
+    dates: &mut DateTexts,
+) -> rusqlite::Result<usize> {
+    dates.write(values);
+    let dates = &*dates;
+    stmt.execute_in_place(|run| {
+        let mut spans = dates.spans.iter();
+        for (i, v) in values.iter().enumerate() {
+            let out = match v {
+                ValueRef::Date(_) | ValueRef::DateTime(_) => {
+                    let &(at, len) = spans.next().expect("a span per date, written above");
+                    SqlValue::Text(&dates.bytes[at..at + len])
+                }
+                v => stored_in_place(v)?,
+            };
+            run.bind(i + 1, out)?;
+        }
+        Ok(())
     })
 }
 
@@ -833,24 +923,18 @@ impl Inner {
     fn insert(&mut self, table: &'static Table, id: Option<i64>, row: &dyn Fields) -> Result<i64> {
         let t = self.table(table)?;
         let Inner {
-            hot,
-            conn,
-            last_time,
-            ..
+            hot, conn, dates, ..
         } = self;
-        let mut run = || {
-            let (stmt, first) = match id {
-                Some(id) => {
-                    let stmt = &mut hot[t].insert;
-                    bind(stmt, 1, &ValueRef::Int(id), last_time)?;
-                    (stmt, 2)
-                }
-                None => (&mut hot[t].insert_new, 1),
-            };
-            bind_fields(stmt, first, row, 0..table.fields.len(), last_time)?;
-            stmt.raw_execute()
+        let mut values = SmallVec::<[ValueRef<'_>; 16]>::new();
+        let stmt = match id {
+            Some(id) => {
+                values.push(ValueRef::Int(id));
+                &mut hot[t].insert
+            }
+            None => &mut hot[t].insert_new,
         };
-        run().map_err(|e| write_err(table, e))?;
+        values.extend((0..table.fields.len()).map(|i| row.field(i)));
+        execute_in_place(stmt, &values, dates).map_err(|e| write_err(table, e))?;
         Ok(conn.last_insert_rowid())
     }
 
@@ -872,6 +956,7 @@ impl Inner {
                 tables,
                 conn,
                 last_time,
+                dates,
                 ..
             } = &mut *self;
             // A multi-row INSERT gives its rows the IDs after the current
@@ -887,7 +972,13 @@ impl Inner {
                 // Kept and cached statements differ in lifetime, so each
                 // branch runs its own.
                 (Some(_), Some(_)) if chunk.len() == per => {
-                    bind_rows(&mut hot[t].bulk_insert, chunk, nf, last_time)
+                    let mut values = Vec::with_capacity(per * nf);
+                    for item in chunk {
+                        if let BatchOp::Add { row, .. } = item.op {
+                            values.extend((0..nf).map(|i| row.field(i)));
+                        }
+                    }
+                    execute_in_place(&mut hot[t].bulk_insert, &values, dates)
                 }
                 (Some(_), Some(_)) => {
                     match conn.prepare_cached(&statements::bulk_insert_sql(table, chunk.len())) {
