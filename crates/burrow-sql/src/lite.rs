@@ -128,7 +128,13 @@ fn classify(e: rusqlite::Error) -> DbError {
     DbError::new(kind, e.to_string())
 }
 
+/// Binds every parameter of `stmt`: a value for each, no more, no fewer (a
+/// kept statement would otherwise read a missing one from its last run).
 fn bind(stmt: &mut KeptStatement<'_>, params: &[ValueRef<'_>]) -> rusqlite::Result<()> {
+    let want = stmt.parameter_count();
+    if params.len() != want {
+        return Err(rusqlite::Error::InvalidParameterCount(params.len(), want));
+    }
     let mut buf = [0u8; DATETIME_BUF];
     let mut times = TimeText::default();
     for (i, v) in params.iter().enumerate() {
@@ -259,6 +265,45 @@ mod test {
         };
         assert_eq!(e.kind(), ErrorKind::BadInput);
         assert!(e.to_string().contains("unix-excl"), "{e}");
+    }
+
+    /// A kept statement run with a value missing must not take it from its
+    /// last run; one with a value too many must not drop it silently.
+    #[test]
+    fn a_statement_given_the_wrong_number_of_values_is_refused() -> burrow_core::Result<()> {
+        let engine = SqlEngine::connect("sqlite::memory:")?;
+        engine.execute("CREATE TABLE t (a, b)", &[])?;
+        let insert = "INSERT INTO t VALUES (?, ?)";
+        engine.execute(insert, &[Value::Int(1), Value::Text("one".into())])?;
+        for wrong in [
+            vec![Value::Int(2)],
+            vec![Value::Int(2), Value::Int(3), Value::Int(4)],
+        ] {
+            let e = engine.execute(insert, &wrong).expect_err("refused");
+            assert!(e.to_string().contains("number of parameters"), "{e}");
+        }
+        let read = "SELECT a, b FROM t WHERE a = ? AND b = ?";
+        let mut rows = Vec::new();
+        engine.query(
+            read,
+            &[Value::Int(1), Value::Text("one".into())],
+            &mut |r| {
+                rows.push(r.to_vec());
+                Ok(())
+            },
+        )?;
+        assert_eq!(rows.len(), 1);
+        let e = engine
+            .query(read, &[Value::Int(1)], &mut |_| Ok(()))
+            .expect_err("refused");
+        assert!(e.to_string().contains("number of parameters"), "{e}");
+        let mut all = Vec::new();
+        engine.query("SELECT a, b FROM t", &[], &mut |r| {
+            all.push(r.to_vec());
+            Ok(())
+        })?;
+        assert_eq!(all, vec![vec![Value::Int(1), Value::Text("one".into())]]);
+        Ok(())
     }
 
     #[test]

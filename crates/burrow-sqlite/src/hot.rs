@@ -166,6 +166,11 @@ impl KeptStatement<'_> {
         self.0.bind_sql(one_based_index, value)
     }
 
+    /// How many parameters the statement takes.
+    pub fn parameter_count(&self) -> usize {
+        self.0.parameter_count()
+    }
+
     /// Runs a statement that returns no rows; returns the rows changed.
     pub fn raw_execute(&mut self) -> rusqlite::Result<usize> {
         self.0.execute()

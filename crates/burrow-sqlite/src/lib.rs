@@ -79,6 +79,7 @@ mod snapshots;
 pub mod statements;
 mod vtab;
 
+use std::borrow::Cow;
 use std::sync::{Arc, Condvar, Mutex, MutexGuard, PoisonError};
 
 use burrow_core::chrono::{DateTime, Utc};
@@ -90,7 +91,6 @@ use burrow_core::{
 };
 use rusqlite::types::{ToSqlOutput, ValueRef as SqlValue};
 use rusqlite::{Connection, OpenFlags, Statement};
-use smallvec::SmallVec;
 
 #[cfg(feature = "encryption")]
 pub use backup::verify_encrypted_backup;
@@ -608,6 +608,8 @@ pub struct DateTexts {
     bytes: Vec<u8>,
     /// Where each date's text is in `bytes`, in the order of the values.
     spans: Vec<(usize, usize)>,
+    /// The last date-time written, and where.
+    last: Option<(DateTime<Utc>, (usize, usize))>,
 }
 
 /// Bytes of date text a connection keeps between statements; a larger
@@ -615,33 +617,47 @@ pub struct DateTexts {
 const DATE_TEXTS_KEPT: usize = 64 << 10;
 
 impl DateTexts {
-    fn write(&mut self, values: &[ValueRef<'_>]) {
+    /// Empties it for a statement's values.
+    fn start(&mut self) {
         if self.bytes.capacity() > DATE_TEXTS_KEPT {
             *self = DateTexts::default();
         }
         self.bytes.clear();
         self.spans.clear();
-        let mut last: Option<(DateTime<Utc>, (usize, usize))> = None;
+        self.last = None;
+    }
+
+    /// Writes `v`'s text if it is a date or a date-time.
+    #[inline]
+    fn push(&mut self, v: &ValueRef<'_>) {
         let mut buf = [0u8; DATETIME_BUF];
-        for v in values {
-            let text = match v {
-                ValueRef::Date(d) => write_date(*d, &mut buf),
-                ValueRef::DateTime(t) => match last {
-                    Some((at, span)) if at == *t => {
-                        self.spans.push(span);
-                        continue;
-                    }
-                    _ => write_datetime(*t, &mut buf),
-                },
-                _ => continue,
-            };
-            let span = (self.bytes.len(), text.len());
-            self.bytes.extend_from_slice(text.as_bytes());
-            self.spans.push(span);
-            if let ValueRef::DateTime(t) = v {
-                last = Some((*t, span));
-            }
+        let text = match v {
+            ValueRef::Date(d) => write_date(*d, &mut buf),
+            ValueRef::DateTime(t) => match self.last {
+                Some((at, span)) if at == *t => {
+                    self.spans.push(span);
+                    return;
+                }
+                _ => write_datetime(*t, &mut buf),
+            },
+            _ => return,
+        };
+        let span = (self.bytes.len(), text.len());
+        self.bytes.extend_from_slice(text.as_bytes());
+        self.spans.push(span);
+        if let ValueRef::DateTime(t) = v {
+            self.last = Some((*t, span));
         }
+    }
+
+    /// The text of the `n`th date pushed.
+    #[inline]
+    fn text(&self, n: usize) -> rusqlite::Result<&[u8]> {
+        let &(at, len) = self
+            .spans
+            .get(n)
+            .ok_or_else(|| rusqlite::Error::InvalidQuery)?;
+        Ok(&self.bytes[at..at + len])
     }
 }
 
@@ -653,19 +669,78 @@ pub fn execute_in_place(
     values: &[ValueRef<'_>],
     dates: &mut DateTexts,
 ) -> rusqlite::Result<usize> {
-    dates.write(values);
+    let want = stmt.parameter_count();
+    if values.len() != want {
+        return Err(rusqlite::Error::InvalidParameterCount(values.len(), want));
+    }
+    dates.start();
+    values.iter().for_each(|v| dates.push(v));
     let dates = &*dates;
     stmt.execute_in_place(|run| {
-        let mut spans = dates.spans.iter();
+        let mut n = 0;
         for (i, v) in values.iter().enumerate() {
             let out = match v {
                 ValueRef::Date(_) | ValueRef::DateTime(_) => {
-                    let &(at, len) = spans.next().expect("a span per date, written above");
-                    SqlValue::Text(&dates.bytes[at..at + len])
+                    n += 1;
+                    SqlValue::Text(dates.text(n - 1)?)
                 }
                 v => stored_in_place(v)?,
             };
             run.bind(i + 1, out)?;
+        }
+        Ok(())
+    })
+}
+
+/// Inserts `rows` of `table` with `stmt`, a statement with a row of
+/// parameters per record (after the ID, if `id`), their fields bound in
+/// place straight from the records: nothing is collected first (a multi-row
+/// insert's values would fill more than the CPU's first-level cache, to be
+/// read back as they are bound, then again to drop them). The date fields
+/// are read once before, to write out their text; a field whose value is
+/// rendered into text of its own (JSON) is bound as a copy.
+fn insert_in_place<'r, I>(
+    stmt: &mut RawStmt,
+    table: &Table,
+    id: Option<i64>,
+    rows: I,
+    dates: &mut DateTexts,
+) -> rusqlite::Result<usize>
+where
+    I: Iterator<Item = &'r dyn Fields> + Clone,
+{
+    let is_date =
+        |i: &usize| matches!(table.fields[*i].kind, FieldKind::Date | FieldKind::DateTime);
+    let nf = table.fields.len();
+    dates.start();
+    for row in rows.clone() {
+        for i in (0..nf).filter(is_date) {
+            dates.push(&row.field(i));
+        }
+    }
+    let dates = &*dates;
+    stmt.execute_in_place(|run| {
+        let mut at = 1;
+        if let Some(id) = id {
+            run.bind(at, SqlValue::Integer(id))?;
+            at += 1;
+        }
+        let mut n = 0;
+        for row in rows {
+            for i in 0..nf {
+                match row.field(i) {
+                    ValueRef::Date(_) | ValueRef::DateTime(_) => {
+                        n += 1;
+                        run.bind(at, SqlValue::Text(dates.text(n - 1)?))?;
+                    }
+                    ValueRef::Text(Cow::Borrowed(t)) => {
+                        run.bind(at, SqlValue::Text(t.as_bytes()))?
+                    }
+                    ValueRef::Blob(b) => run.bind(at, SqlValue::Blob(b))?,
+                    v => run.bind_copy(at, stored_in_place(&v)?)?,
+                }
+                at += 1;
+            }
         }
         Ok(())
     })
@@ -925,16 +1000,12 @@ impl Inner {
         let Inner {
             hot, conn, dates, ..
         } = self;
-        let mut values = SmallVec::<[ValueRef<'_>; 16]>::new();
         let stmt = match id {
-            Some(id) => {
-                values.push(ValueRef::Int(id));
-                &mut hot[t].insert
-            }
+            Some(_) => &mut hot[t].insert,
             None => &mut hot[t].insert_new,
         };
-        values.extend((0..table.fields.len()).map(|i| row.field(i)));
-        execute_in_place(stmt, &values, dates).map_err(|e| write_err(table, e))?;
+        insert_in_place(stmt, table, id, std::iter::once(row), dates)
+            .map_err(|e| write_err(table, e))?;
         Ok(conn.last_insert_rowid())
     }
 
@@ -972,13 +1043,11 @@ impl Inner {
                 // Kept and cached statements differ in lifetime, so each
                 // branch runs its own.
                 (Some(_), Some(_)) if chunk.len() == per => {
-                    let mut values = Vec::with_capacity(per * nf);
-                    for item in chunk {
-                        if let BatchOp::Add { row, .. } = item.op {
-                            values.extend((0..nf).map(|i| row.field(i)));
-                        }
-                    }
-                    execute_in_place(&mut hot[t].bulk_insert, &values, dates)
+                    let rows = chunk.iter().filter_map(|item| match item.op {
+                        BatchOp::Add { row, .. } => Some(row),
+                        _ => None,
+                    });
+                    insert_in_place(&mut hot[t].bulk_insert, table, None, rows, dates)
                 }
                 (Some(_), Some(_)) => {
                     match conn.prepare_cached(&statements::bulk_insert_sql(table, chunk.len())) {

@@ -18,6 +18,7 @@ conformance!(
     long_text_and_blobs,
     where_compares_each_kind,
     where_on_sample_dates_and_amounts,
+    a_long_batch_of_every_kind_round_trips,
 );
 
 /// A JSON-stored struct.
@@ -332,6 +333,83 @@ fn automatic_times_are_filled(f: &dyn Factory) -> TestResult {
     let b = c.retrieve::<Kinds>(id)?;
     assert!(b.created >= t3, "batch add fills the created time");
     assert!(b.modified.is_some_and(|m| m >= t3));
+    Ok(())
+}
+
+/// A batch long enough to fill several multi-row inserts, and a partial one,
+/// of records with every kind of field, set and unset by turns: each record
+/// reads back as it was sent, each value in its own column and row.
+fn a_long_batch_of_every_kind_round_trips(f: &dyn Factory) -> TestResult {
+    let store = f.fresh()?;
+    let c = store.client(kinds_model())?;
+    let kinds = |i: usize| {
+        let i32v = i as i32;
+        let some = i % 3 != 0;
+        let text = format!("row {i}: {}", "é".repeat(i % 5));
+        Kinds {
+            small: -i32v,
+            big: (i as i64) << 33,
+            unsigned: 4_000_000_000 - i as u32,
+            real: i as f64 / 8.0,
+            money: cur(&format!("{i}.{:04}", i % 10_000)),
+            flag: i % 2 == 0,
+            text: text.clone(),
+            bytes: vec![(i % 256) as u8; i % 7],
+            day: date(
+                1900 + (i % 200) as i32,
+                1 + (i % 12) as u32,
+                1 + (i % 28) as u32,
+            ),
+            instant: instant(
+                2020,
+                1 + (i % 12) as u32,
+                1,
+                (i % 24) as u32,
+                0,
+                0,
+                i as u32,
+            ),
+            doc: serde_json::json!({ "i": i, "text": text }),
+            point: Json(Point {
+                x: i32v,
+                y: 1 - i32v,
+                label: text.clone(),
+                tags: vec![format!("t{i}")],
+            }),
+            owner: Ref::new(i as i64),
+            maybe_small: some.then_some(i32v),
+            maybe_big: some.then_some(-(i as i64)),
+            maybe_unsigned: some.then_some(i as u32),
+            maybe_real: some.then_some(-(i as f64)),
+            maybe_money: some.then(|| cur(&format!("-{i}.5"))),
+            maybe_flag: some.then_some(i % 4 == 0),
+            maybe_text: some.then(|| format!("maybe {i}")),
+            maybe_bytes: some.then(|| vec![1, 2, (i % 256) as u8]),
+            maybe_day: some.then(|| date(2000, 1, 1 + (i % 28) as u32)),
+            maybe_instant: some.then(|| instant(1999, 12, 31, 23, 59, (i % 60) as u32, 7)),
+            maybe_doc: some.then(|| serde_json::json!([i, null])),
+            maybe_point: some.then(|| Json(Point::default())),
+            maybe_owner: some.then(|| Ref::new(-(i as i64))),
+            ..Kinds::default()
+        }
+    };
+    const N: usize = 1_234;
+    let mut batch = burrow::Batch::new();
+    batch.add_all((0..N).map(kinds).collect::<Vec<_>>());
+    let t0 = Utc::now();
+    let results = c.send(&mut batch)?;
+    let t1 = Utc::now();
+    assert_eq!(results.len(), N);
+    for (i, r) in results.iter().enumerate() {
+        let id = r.id().ok_or_else(|| format!("row {i}: {r:?}"))?;
+        let mut back: Kinds = c.retrieve(id)?;
+        assert!(back.created >= t0 && back.created <= t1, "row {i}: created");
+        assert!(back.modified == Some(back.created), "row {i}: modified");
+        let mut want = kinds(i);
+        want.id = id;
+        (back.created, back.modified) = (want.created, want.modified);
+        same(&back, &want, &format!("batch row {i}"))?;
+    }
     Ok(())
 }
 
