@@ -627,26 +627,26 @@ impl DateTexts {
         self.last = None;
     }
 
-    /// Writes `v`'s text if it is a date or a date-time.
-    #[inline]
+    /// Writes the text of `v`, a date or a date-time (other values are not
+    /// pushed: see [`is_date`]).
     fn push(&mut self, v: &ValueRef<'_>) {
         let mut buf = [0u8; DATETIME_BUF];
-        let text = match v {
-            ValueRef::Date(d) => write_date(*d, &mut buf),
+        let (text, at) = match v {
+            ValueRef::Date(d) => (write_date(*d, &mut buf), None),
             ValueRef::DateTime(t) => match self.last {
-                Some((at, span)) if at == *t => {
+                Some((last, span)) if last == *t => {
                     self.spans.push(span);
                     return;
                 }
-                _ => write_datetime(*t, &mut buf),
+                _ => (write_datetime(*t, &mut buf), Some(*t)),
             },
             _ => return,
         };
         let span = (self.bytes.len(), text.len());
         self.bytes.extend_from_slice(text.as_bytes());
         self.spans.push(span);
-        if let ValueRef::DateTime(t) = v {
-            self.last = Some((*t, span));
+        if let Some(t) = at {
+            self.last = Some((t, span));
         }
     }
 
@@ -659,6 +659,12 @@ impl DateTexts {
             .ok_or_else(|| rusqlite::Error::InvalidQuery)?;
         Ok(&self.bytes[at..at + len])
     }
+}
+
+/// Whether `v` is stored as text [`DateTexts`] writes.
+#[inline(always)]
+fn is_date(v: &ValueRef<'_>) -> bool {
+    matches!(v, ValueRef::Date(_) | ValueRef::DateTime(_))
 }
 
 /// Runs `stmt`, a statement that returns no rows, with `values` bound in
@@ -674,7 +680,10 @@ pub fn execute_in_place(
         return Err(rusqlite::Error::InvalidParameterCount(values.len(), want));
     }
     dates.start();
-    values.iter().for_each(|v| dates.push(v));
+    values
+        .iter()
+        .filter(|v| is_date(v))
+        .for_each(|v| dates.push(v));
     let dates = &*dates;
     stmt.execute_in_place(|run| {
         let mut n = 0;
