@@ -52,8 +52,8 @@ pub mod driver {
 #[cfg_attr(docsrs, doc(cfg(feature = "sqlite")))]
 pub mod sqlite {
     pub use burrow_sqlite::{
-        rusqlite, verify_backup, BackupOptions, BackupProgress, BackupSummary, LockingMode,
-        SqliteEngine, SqliteOptions, SqliteTx, Synchronous,
+        configure_library, rusqlite, verify_backup, BackupOptions, BackupProgress, BackupSummary,
+        LockingMode, SqliteEngine, SqliteOptions, SqliteTx, Synchronous,
     };
     /// An encrypted file's key, its page authentication, and the check of
     /// an encrypted backup (feature `encryption`).
