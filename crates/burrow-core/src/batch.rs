@@ -45,7 +45,6 @@ trait Segment: Send {
     fn items<'a>(&'a self, out: &mut Vec<BatchItem<'a>>);
     fn stamp(&mut self, now: DateTime<Utc>);
     fn as_any_mut(&mut self) -> &mut dyn Any;
-    fn into_any(self: Box<Self>) -> Box<dyn Any>;
 }
 
 struct Typed<T>(Vec<Op<T>>);
@@ -82,7 +81,33 @@ impl<T: Record> Segment for Typed<T> {
     fn as_any_mut(&mut self) -> &mut dyn Any {
         self
     }
-    fn into_any(self: Box<Self>) -> Box<dyn Any> {
+}
+
+/// A run of adds with new IDs, as [`Batch::add_all`] takes them: the records
+/// alone, so that a `Vec` handed over keeps its buffer (a 10,000-record batch
+/// otherwise copied every record into a `Vec<Op<T>>`: a megabyte written to
+/// memory no cache held yet).
+struct Adds<T>(Vec<T>);
+
+impl<T: Record> Segment for Adds<T> {
+    fn table(&self) -> &'static Table {
+        T::table()
+    }
+    fn len(&self) -> usize {
+        self.0.len()
+    }
+    fn items<'a>(&'a self, out: &mut Vec<BatchItem<'a>>) {
+        out.extend(self.0.iter().map(|rec| BatchItem {
+            table: T::table(),
+            op: BatchOp::Add { id: None, row: rec },
+        }));
+    }
+    fn stamp(&mut self, now: DateTime<Utc>) {
+        for rec in &mut self.0 {
+            rec.stamp(now, true);
+        }
+    }
+    fn as_any_mut(&mut self) -> &mut dyn Any {
         self
     }
 }
@@ -128,44 +153,45 @@ impl Batch {
 
     fn push<T: Record>(&mut self, op: Op<T>) {
         self.len += 1;
-        if let Some(last) = self.segments.last_mut() {
-            if let Some(seg) = last.as_any_mut().downcast_mut::<Typed<T>>() {
-                seg.0.push(op);
-                return;
-            }
+        if let Some(seg) = self.tail::<Typed<T>>() {
+            seg.0.push(op);
+            return;
         }
         self.segments.push(Box::new(Typed(vec![op])));
     }
 
     /// Adds `rec` with a new ID.
     pub fn add<T: Record>(&mut self, rec: T) {
+        if let Some(seg) = self.tail::<Adds<T>>() {
+            seg.0.push(rec);
+            self.len += 1;
+            return;
+        }
         self.push(Op::Add(rec, None));
     }
 
-    /// Adds every record of `recs` with new IDs, reserving room for them first.
+    /// Adds every record of `recs` with new IDs. A `Vec` is kept as it is,
+    /// without copying its records.
     pub fn add_all<T: Record>(&mut self, recs: impl IntoIterator<Item = T>) {
-        let recs = recs.into_iter();
-        let mut seg = self.take_tail::<T>();
-        seg.0.reserve(recs.size_hint().0);
-        for rec in recs {
-            seg.0.push(Op::Add(rec, None));
+        if let Some(seg) = self.tail::<Adds<T>>() {
+            let had = seg.0.len();
+            seg.0.extend(recs);
+            let added = seg.0.len() - had;
+            self.len += added;
+            return;
         }
-        self.len += seg.0.len();
-        self.segments.push(seg);
+        // A `Vec`'s own iterator collects back into its buffer (std does so
+        // for an iterator not yet advanced): nothing is copied.
+        let recs: Vec<T> = recs.into_iter().collect();
+        if !recs.is_empty() {
+            self.len += recs.len();
+            self.segments.push(Box::new(Adds(recs)));
+        }
     }
 
-    /// Removes the last segment when it holds `T`s (so that more can be
-    /// appended to it), or starts a new one; `len` no longer counts it.
-    fn take_tail<T: Record>(&mut self) -> Box<Typed<T>> {
-        if let Some(last) = self.segments.last_mut() {
-            if last.as_any_mut().is::<Typed<T>>() {
-                let seg = self.segments.pop().expect("a last segment");
-                self.len -= seg.len();
-                // Just checked: the segment holds `T`s.
-                return seg.into_any().downcast().expect("checked above");
-            }
-        }
-        Box::new(Typed(Vec::new()))
+    /// The last segment, if it is an `S`.
+    fn tail<S: 'static>(&mut self) -> Option<&mut S> {
+        self.segments.last_mut()?.as_any_mut().downcast_mut::<S>()
     }
 
     /// Adds `rec` with the given ID.
