@@ -687,15 +687,8 @@ pub fn execute_in_place(
     let dates = &*dates;
     stmt.execute_in_place(|run| {
         let mut n = 0;
-        for (i, v) in values.iter().enumerate() {
-            let out = match v {
-                ValueRef::Date(_) | ValueRef::DateTime(_) => {
-                    n += 1;
-                    SqlValue::Text(dates.text(n - 1)?)
-                }
-                v => stored_in_place(v)?,
-            };
-            run.bind(i + 1, out)?;
+        for v in values {
+            bind_in_place(run, v.lent(), dates, &mut n)?;
         }
         Ok(())
     })
@@ -705,9 +698,8 @@ pub fn execute_in_place(
 /// parameters per record (after the ID, if `id`), their fields bound in
 /// place straight from the records: nothing is collected first (a multi-row
 /// insert's values would fill more than the CPU's first-level cache, to be
-/// read back as they are bound, then again to drop them). The date fields
-/// are read once before, to write out their text; a field whose value is
-/// rendered into text of its own (JSON) is bound as a copy.
+/// read back as they are bound, then again to drop them). Only the date
+/// fields are read twice: first to write out their text.
 fn insert_in_place<'r, I>(
     stmt: &mut RawStmt,
     table: &Table,
@@ -729,30 +721,38 @@ where
     }
     let dates = &*dates;
     stmt.execute_in_place(|run| {
-        let mut at = 1;
         if let Some(id) = id {
-            run.bind(at, SqlValue::Integer(id))?;
-            at += 1;
+            run.bind(SqlValue::Integer(id))?;
         }
         let mut n = 0;
         for row in rows {
             for i in 0..nf {
-                match row.field(i) {
-                    ValueRef::Date(_) | ValueRef::DateTime(_) => {
-                        n += 1;
-                        run.bind(at, SqlValue::Text(dates.text(n - 1)?))?;
-                    }
-                    ValueRef::Text(Cow::Borrowed(t)) => {
-                        run.bind(at, SqlValue::Text(t.as_bytes()))?
-                    }
-                    ValueRef::Blob(b) => run.bind(at, SqlValue::Blob(b))?,
-                    v => run.bind_copy(at, stored_in_place(&v)?)?,
-                }
-                at += 1;
+                bind_in_place(run, row.field(i), dates, &mut n)?;
             }
         }
         Ok(())
     })
+}
+
+/// Binds `v` to the next parameter of `run`: a date as the text of the
+/// `n`th date in `dates` (counting `n` on), borrowed text and blobs in
+/// place, text `v` owns (a rendered JSON field) as a copy.
+#[inline(always)]
+fn bind_in_place<'v>(
+    run: &mut InPlace<'_, 'v>,
+    v: ValueRef<'v>,
+    dates: &'v DateTexts,
+    n: &mut usize,
+) -> rusqlite::Result<()> {
+    match v {
+        ValueRef::Date(_) | ValueRef::DateTime(_) => {
+            *n += 1;
+            run.bind(SqlValue::Text(dates.text(*n - 1)?))
+        }
+        ValueRef::Text(Cow::Borrowed(t)) => run.bind(SqlValue::Text(t.as_bytes())),
+        ValueRef::Blob(b) => run.bind(SqlValue::Blob(b)),
+        v => run.bind_copy(stored_in_place(&v)?),
+    }
 }
 
 /// A statement values are bound to: rusqlite's, or one of [`raw`]'s.

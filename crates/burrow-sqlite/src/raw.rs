@@ -204,9 +204,9 @@ impl RawStmt {
     /// steps (`SQLITE_STATIC`) instead of copying each into memory of its
     /// own first. That copy, a `malloc` and a `memcpy` per value, was half
     /// the cost of binding and a sixth of a multi-row insert (callgrind).
-    /// The values borrow for `'v`, which outlives the call. `bind` must bind
-    /// every parameter, in order from the first, else the statement is not
-    /// run (an error): then no parameter can point into an earlier run's
+    /// The values borrow for `'v`, which outlives the call. `bind` binds the
+    /// parameters in order from the first, and must bind every one, else the
+    /// statement is not run (an error): then no parameter can point into an earlier run's
     /// values while SQLite reads them. Those pointers are left in the
     /// statement after the call, unread: clearing the bindings of a
     /// multi-row insert touches every parameter once more (2% of the
@@ -400,36 +400,36 @@ impl Drop for RawStmt {
 }
 
 /// A statement whose values are being bound in place, for one run (see
-/// [`RawStmt::execute_in_place`]). Only that call makes one, and it lends it
-/// out by `&mut`, so it cannot be forgotten: its drop, which resets the
-/// statement, always runs before the values it points to may go.
+/// [`RawStmt::execute_in_place`]), one parameter after the other. Only that
+/// call makes one, and it lends it out by `&mut`, so it cannot be forgotten:
+/// its drop, which resets the statement, always runs before the values it
+/// points to may go.
 pub struct InPlace<'s, 'v> {
     stmt: &'s mut RawStmt,
-    /// The parameter the next binding must be for.
+    /// The parameter the next value is bound to.
     next: usize,
     /// Invariant in `'v`: the values' lifetime cannot be shortened.
     values: PhantomData<fn(&'v ()) -> &'v ()>,
 }
 
 impl<'v> InPlace<'_, 'v> {
-    /// Binds `v` at the 1-based parameter `at`, without a copy. Parameters
-    /// are bound in order, each once, from the first.
+    /// Binds `v` to the next parameter, without a copy.
     #[inline]
-    pub fn bind(&mut self, at: usize, v: SqlValue<'v>) -> rusqlite::Result<()> {
+    pub fn bind(&mut self, v: SqlValue<'v>) -> rusqlite::Result<()> {
         // SAFETY: the text and blobs live for `'v`, beyond this run. The
         // statement is marked stale for good before the run ends, so the
         // pointer is never read after it (see `execute_in_place`).
-        unsafe { self.bind_next(at, v, ffi::SQLITE_STATIC()) }
+        unsafe { self.bind_next(v, ffi::SQLITE_STATIC()) }
     }
 }
 
 impl InPlace<'_, '_> {
-    /// Binds `v` at the 1-based parameter `at` as [`InPlace::bind`] does, but
-    /// copied by SQLite: for a value that lives shorter than the run.
+    /// Binds `v` to the next parameter as [`InPlace::bind`] does, but copied
+    /// by SQLite: for a value that lives shorter than the run.
     #[inline]
-    pub fn bind_copy(&mut self, at: usize, v: SqlValue<'_>) -> rusqlite::Result<()> {
+    pub fn bind_copy(&mut self, v: SqlValue<'_>) -> rusqlite::Result<()> {
         // SAFETY: SQLite copies the text and blobs before the call returns.
-        unsafe { self.bind_next(at, v, ffi::SQLITE_TRANSIENT()) }
+        unsafe { self.bind_next(v, ffi::SQLITE_TRANSIENT()) }
     }
 
     /// # Safety
@@ -437,26 +437,14 @@ impl InPlace<'_, '_> {
     #[inline(always)]
     unsafe fn bind_next(
         &mut self,
-        at: usize,
         v: SqlValue<'_>,
         keep: ffi::sqlite3_destructor_type,
     ) -> rusqlite::Result<()> {
-        if at != self.next {
-            return Err(out_of_order(at, self.next));
-        }
         // SAFETY: the caller's contract.
-        unsafe { self.stmt.bind_with(at, v, keep)? };
+        unsafe { self.stmt.bind_with(self.next, v, keep)? };
         self.next += 1;
         Ok(())
     }
-}
-
-/// The error of a value bound in place out of order; out of line, as every
-/// binding checks for it.
-#[cold]
-#[inline(never)]
-fn out_of_order(at: usize, due: usize) -> rusqlite::Error {
-    rusqlite::Error::InvalidParameterName(format!("?{at} bound in place where ?{due} was due"))
 }
 
 impl Drop for InPlace<'_, '_> {
@@ -571,36 +559,47 @@ mod test {
         c
     }
 
+    /// The two cells of each row `sql` reads from `c`, as `cell` gives them.
+    fn two_cells(c: &Connection, sql: &str) -> Vec<(String, String)> {
+        let mut seen = Vec::new();
+        RawStmt::prepare(c, sql)
+            .expect("prepare")
+            .each(|r| {
+                let own = |v: SqlValue<'_>| format!("{v:?}");
+                seen.push((own(r.cell(0).map_err(eng)?), own(r.cell(1).map_err(eng)?)));
+                assert!(matches!(
+                    r.cell(2),
+                    Err(rusqlite::Error::InvalidColumnIndex(2))
+                ));
+                Ok(())
+            })
+            .expect("read");
+        seen
+    }
+
+    fn owned(pairs: &[(&str, &str)]) -> Vec<(String, String)> {
+        pairs
+            .iter()
+            .map(|(a, b)| (a.to_string(), b.to_string()))
+            .collect()
+    }
+
     #[test]
     fn cells_read_as_sqlite_holds_them() {
         let c = conn();
-        let mut s = RawStmt::prepare(&c, "SELECT a, b FROM t ORDER BY rowid").expect("prepare");
-        let mut seen = Vec::new();
-        s.each(|r| {
-            let own = |v: SqlValue<'_>| format!("{v:?}");
-            seen.push((own(r.cell(0).map_err(eng)?), own(r.cell(1).map_err(eng)?)));
-            assert!(matches!(
-                r.cell(2),
-                Err(rusqlite::Error::InvalidColumnIndex(2))
-            ));
-            Ok(())
-        })
-        .expect("read");
         let want = [
             ("Integer(1)", "Text([111, 110, 101])"),
             ("Real(2.5)", "Blob([0, 255])"),
             ("Null", "Text([])"),
         ];
-        let want: Vec<_> = want
-            .iter()
-            .map(|(a, b)| (a.to_string(), b.to_string()))
-            .collect();
-        assert_eq!(seen, want);
+        assert_eq!(
+            two_cells(&c, "SELECT a, b FROM t ORDER BY rowid"),
+            owned(&want)
+        );
     }
 
     /// Values bound in place are never read after the call returns: a run
-    /// that binds fewer parameters than the statement has, or out of order,
-    /// is refused; any other binding or run first clears what is left, so
+    /// that binds fewer parameters than the statement has is refused; any other binding or run first clears what is left, so
     /// an unbound parameter reads NULL, not the bytes of a freed buffer; the
     /// same after a binding that failed, or a panic in `bind`.
     #[test]
@@ -612,30 +611,28 @@ mod test {
             let blob = vec![7u8, 8];
             let n = s
                 .execute_in_place(|run| {
-                    run.bind(1, SqlValue::Blob(&blob))?;
-                    run.bind(2, SqlValue::Text(text.as_bytes()))
+                    run.bind(SqlValue::Blob(&blob))?;
+                    run.bind(SqlValue::Text(text.as_bytes()))
                 })
                 .expect("insert");
             assert_eq!(n, 1);
         }
         s.execute_in_place(|_| Ok(()))
             .expect_err("nothing bound: refused");
-        s.execute_in_place(|run| run.bind(1, SqlValue::Integer(1)))
+        s.execute_in_place(|run| run.bind(SqlValue::Integer(1)))
             .expect_err("one of two bound: refused");
-        s.execute_in_place(|run| run.bind(2, SqlValue::Integer(1)))
-            .expect_err("out of order: refused");
         let text = String::from("dropped");
         let e = s
             .execute_in_place(|run| {
-                run.bind(1, SqlValue::Text(text.as_bytes()))?;
-                run.bind(2, SqlValue::Integer(2))?;
-                run.bind(3, SqlValue::Integer(3))
+                run.bind(SqlValue::Text(text.as_bytes()))?;
+                run.bind(SqlValue::Integer(2))?;
+                run.bind(SqlValue::Integer(3))
             })
             .expect_err("there is no third parameter");
         assert!(matches!(e, rusqlite::Error::SqliteFailure(..)), "{e}");
         let panicked = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
             let _ = s.execute_in_place(|run| {
-                run.bind(1, SqlValue::Text(text.as_bytes()))?;
+                run.bind(SqlValue::Text(text.as_bytes()))?;
                 panic!("a panic while binding");
             });
         }));
@@ -645,15 +642,7 @@ mod test {
         s.bind_sql(2, SqlValue::Integer(9)).expect("bind");
         s.execute().expect("insert");
         s.execute().expect("insert again, as bound");
-        let mut rows = Vec::new();
-        RawStmt::prepare(&c, "SELECT a, b FROM t WHERE rowid > 3 ORDER BY rowid")
-            .expect("prepare")
-            .each(|r| {
-                let own = |v: SqlValue<'_>| format!("{v:?}");
-                rows.push((own(r.cell(0).map_err(eng)?), own(r.cell(1).map_err(eng)?)));
-                Ok(())
-            })
-            .expect("read");
+        let rows = two_cells(&c, "SELECT a, b FROM t WHERE rowid > 3 ORDER BY rowid");
         let want = [
             (
                 "Blob([7, 8])",
@@ -662,11 +651,7 @@ mod test {
             ("Null", "Integer(9)"),
             ("Null", "Integer(9)"),
         ];
-        let want: Vec<_> = want
-            .iter()
-            .map(|(a, b)| (a.to_string(), b.to_string()))
-            .collect();
-        assert_eq!(rows, want);
+        assert_eq!(rows, owned(&want));
     }
 
     /// Dates are written out before anything is bound, each to its own
