@@ -11,7 +11,7 @@ use crate::conn::{query_i64, Conn, DbError, DbErrorKind, QueryError, RawRow, Row
 use crate::dialect::Dialect;
 use crate::engine::SqlEngine;
 use crate::table::TableSql;
-use crate::values::{push_fields, store, Params};
+use crate::values::store;
 use crate::{writes, ENGINE};
 
 /// The kind of a batch item, for grouping consecutive ones.
@@ -240,7 +240,6 @@ impl Batch<'_> {
 
     /// One multi-row `INSERT … VALUES (…),(…)`; the database numbers the rows.
     fn add_rows(&mut self, t: &TableSql, chunk: &[BatchItem<'_>]) -> Result<Vec<i64>, DbError> {
-        let n = t.names.columns.len();
         let k = chunk.len() as i64;
         if t.dialect == Dialect::Sqlite {
             // New rowids follow the current maximum, unless it is near
@@ -251,14 +250,8 @@ impl Batch<'_> {
                 return Err(DbError::new(DbErrorKind::Other, "IDs near the largest"));
             }
         }
-        let mut p = Params::with_capacity(chunk.len() * n);
-        for it in chunk {
-            if let BatchOp::Add { row, .. } = it.op {
-                push_fields(t, row, 0..n, &mut p);
-            }
-        }
         self.conn
-            .execute(&t.bulk_insert(chunk.len()), &p, self.guard)?;
+            .insert_rows(t, &t.bulk_insert(chunk.len()), chunk, self.guard)?;
         let reported = self.conn.last_insert_id();
         Ok(t.dialect
             .bulk_insert_ids(reported, k, self.engine.server.id_step))

@@ -8,7 +8,10 @@
 
 use std::fmt;
 
-use burrow_core::{Error, Result, Table, ValueRef};
+use burrow_core::{BatchItem, BatchOp, Error, Result, Table, ValueRef};
+
+use crate::table::TableSql;
+use crate::values::{push_fields, Params};
 
 /// What went wrong in the database, classified so the engine can map it to a
 /// [`burrow_core::ErrorKind`] a caller can match on.
@@ -160,6 +163,27 @@ pub type RowFn<'f> = dyn FnMut(&dyn RawRow) -> Result<()> + 'f;
 pub trait Conn: Send {
     /// Runs a statement with bound parameters; returns the rows it changed.
     fn execute(&mut self, sql: &str, params: &[ValueRef<'_>], guard: bool) -> Result<u64, DbError>;
+
+    /// Runs `sql`, a multi-row insert of `t` with one row of parameters per
+    /// item of `adds` (each an add): the fields of each record in turn, in
+    /// their storage form. The default collects the values and runs
+    /// [`Conn::execute`]; SQLite binds them straight from the records.
+    fn insert_rows(
+        &mut self,
+        t: &TableSql,
+        sql: &str,
+        adds: &[BatchItem<'_>],
+        guard: bool,
+    ) -> Result<u64, DbError> {
+        let n = t.names.columns.len();
+        let mut p = Params::with_capacity(adds.len() * n);
+        for it in adds {
+            if let BatchOp::Add { row, .. } = it.op {
+                push_fields(t, row, 0..n, &mut p);
+            }
+        }
+        self.execute(sql, &p, guard)
+    }
 
     /// Runs a statement that returns rows, handing each to `out`.
     fn query(

@@ -8,13 +8,16 @@
 use std::time::Duration;
 
 use burrow_core::datetime::DATETIME_BUF;
-use burrow_core::{Error, Result, ValueRef};
+use burrow_core::{BatchItem, BatchOp, Error, Result, ValueRef};
 use burrow_sqlite::{DateTexts, KeptConnection, KeptStatement, RawStmt, TimeText};
 use rusqlite::types::ValueRef as SqlValue;
 use rusqlite::{Connection, OpenFlags};
 
 use crate::conn::{Conn, DbError, DbErrorKind, QueryError, RawRow, RowFn};
+use crate::dialect::Dialect;
 use crate::options::{is_sqlite_memory, sqlite_path, url_query, SqlOptions};
+use crate::table::TableSql;
+use crate::values::store;
 
 /// What the engine configures on every new connection.
 pub struct LiteSetup {
@@ -158,6 +161,25 @@ impl Conn for LiteConn {
         stmt.execute_in_place(params, &mut self.dates)
             .map(|n| n as u64)
             .map_err(classify)
+    }
+
+    fn insert_rows(
+        &mut self,
+        t: &TableSql,
+        sql: &str,
+        adds: &[BatchItem<'_>],
+        _guard: bool,
+    ) -> Result<u64, DbError> {
+        let rows = adds.iter().filter_map(|it| match it.op {
+            BatchOp::Add { row, .. } => Some(row),
+            _ => None,
+        });
+        let mut stmt = self.kept.statement(sql).map_err(classify)?;
+        stmt.insert_in_place(t.table, rows, &mut self.dates, |i, v| {
+            store(Dialect::Sqlite, t.encs[i], v)
+        })
+        .map(|n| n as u64)
+        .map_err(classify)
     }
 
     fn query(

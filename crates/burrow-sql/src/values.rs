@@ -35,6 +35,11 @@ pub(crate) fn store<'a>(dialect: Dialect, enc: Enc, v: ValueRef<'a>) -> ValueRef
             ValueRef::Text(format_datetime(d.and_time(NaiveTime::MIN).and_utc()).into())
         }
         (Enc::Stamp, ValueRef::Date(d)) => ValueRef::DateTime(d.and_time(NaiveTime::MIN).and_utc()),
+        // A date for a text column (a hand-built row, a filter comparing
+        // text with a date) is its ISO text in every database, not what a
+        // driver makes of a date there (MySQL: `1991-03-03 00:00:00`).
+        (Enc::Text, ValueRef::Date(d)) => ValueRef::Text(format_date(d).into()),
+        (Enc::Text, ValueRef::DateTime(t)) => ValueRef::Text(format_datetime(t).into()),
         (_, v) => v,
     }
 }

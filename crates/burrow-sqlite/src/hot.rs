@@ -186,6 +186,20 @@ impl KeptStatement<'_> {
         crate::execute_in_place(self.0, values, dates)
     }
 
+    /// Runs a multi-row insert whose parameters are the fields of each of
+    /// `rows` in turn, bound in place straight from the records (see
+    /// [`crate::execute_in_place`]), each value as `map` gives it from its
+    /// field's index and the record's value; returns the rows changed.
+    pub fn insert_in_place<'r>(
+        &mut self,
+        table: &burrow_core::Table,
+        rows: impl Iterator<Item = &'r dyn burrow_core::Fields> + Clone,
+        dates: &mut crate::DateTexts,
+        map: impl Fn(usize, burrow_core::ValueRef<'r>) -> burrow_core::ValueRef<'r>,
+    ) -> rusqlite::Result<usize> {
+        crate::insert_in_place(self.0, table, None, rows, dates, map)
+    }
+
     /// Runs a statement that returns rows; the statement is reset when the
     /// rows are dropped.
     pub fn raw_query(&mut self) -> Rows<'_> {

@@ -699,24 +699,28 @@ pub fn execute_in_place(
 /// place straight from the records: nothing is collected first (a multi-row
 /// insert's values would fill more than the CPU's first-level cache, to be
 /// read back as they are bound, then again to drop them). Only the date
-/// fields are read twice: first to write out their text.
-fn insert_in_place<'r, I>(
+/// fields are read twice: first to write out their text. Each value is
+/// bound as `map` gives it, from its field's index and the record's value
+/// (the external SQL layer's storage form; the identity here).
+pub(crate) fn insert_in_place<'r, I, M>(
     stmt: &mut RawStmt,
     table: &Table,
     id: Option<i64>,
     rows: I,
     dates: &mut DateTexts,
+    map: M,
 ) -> rusqlite::Result<usize>
 where
     I: Iterator<Item = &'r dyn Fields> + Clone,
+    M: Fn(usize, ValueRef<'r>) -> ValueRef<'r>,
 {
-    let is_date =
-        |i: &usize| matches!(table.fields[*i].kind, FieldKind::Date | FieldKind::DateTime);
+    let date_field =
+        |i: usize| matches!(table.fields[i].kind, FieldKind::Date | FieldKind::DateTime);
     let nf = table.fields.len();
     dates.start();
     for row in rows.clone() {
-        for i in (0..nf).filter(is_date) {
-            dates.push(&row.field(i));
+        for i in (0..nf).filter(|i| date_field(*i)) {
+            dates.push(&map(i, row.field(i)));
         }
     }
     let dates = &*dates;
@@ -727,7 +731,16 @@ where
         let mut n = 0;
         for row in rows {
             for i in 0..nf {
-                bind_in_place(run, row.field(i), dates, &mut n)?;
+                match map(i, row.field(i)) {
+                    // A date in a field of another kind (a hand-built row's
+                    // values need not match their fields): the first pass
+                    // did not write it, so it must not take the next text.
+                    v if is_date(&v) && !date_field(i) => {
+                        let mut buf = [0u8; DATETIME_BUF];
+                        run.bind_copy(stored(&v, &mut buf)?)?;
+                    }
+                    v => bind_in_place(run, v, dates, &mut n)?,
+                }
             }
         }
         Ok(())
@@ -1013,7 +1026,7 @@ impl Inner {
             Some(_) => &mut hot[t].insert,
             None => &mut hot[t].insert_new,
         };
-        insert_in_place(stmt, table, id, std::iter::once(row), dates)
+        insert_in_place(stmt, table, id, std::iter::once(row), dates, |_, v| v)
             .map_err(|e| write_err(table, e))?;
         Ok(conn.last_insert_rowid())
     }
@@ -1056,7 +1069,7 @@ impl Inner {
                         BatchOp::Add { row, .. } => Some(row),
                         _ => None,
                     });
-                    insert_in_place(&mut hot[t].bulk_insert, table, None, rows, dates)
+                    insert_in_place(&mut hot[t].bulk_insert, table, None, rows, dates, |_, v| v)
                 }
                 (Some(_), Some(_)) => {
                     match conn.prepare_cached(&statements::bulk_insert_sql(table, chunk.len())) {
