@@ -222,6 +222,7 @@ impl RawStmt {
         let mut run = InPlace {
             stmt: self,
             next: 1,
+            reset: false,
             values: PhantomData,
         };
         bind(&mut run)?;
@@ -236,6 +237,8 @@ impl RawStmt {
         run.stmt.stale = false;
         let done = run.stmt.execute();
         run.stmt.stale = true;
+        // `execute` reset it, whatever the outcome.
+        run.reset = true;
         done
     }
 
@@ -408,6 +411,9 @@ pub struct InPlace<'s, 'v> {
     stmt: &'s mut RawStmt,
     /// The parameter the next value is bound to.
     next: usize,
+    /// Whether the run was stepped and reset: a second reset would cost a
+    /// call into SQLite code no longer in the instruction cache.
+    reset: bool,
     /// Invariant in `'v`: the values' lifetime cannot be shortened.
     values: PhantomData<fn(&'v ()) -> &'v ()>,
 }
@@ -451,8 +457,10 @@ impl Drop for InPlace<'_, '_> {
     fn drop(&mut self) {
         // SAFETY: the statement is live. The reset ends a run a panic may
         // have left stepping; the bindings stay, marked stale.
-        unsafe {
-            ffi::sqlite3_reset(self.stmt.ptr());
+        if !self.reset {
+            unsafe {
+                ffi::sqlite3_reset(self.stmt.ptr());
+            }
         }
         self.stmt.stale = true;
     }

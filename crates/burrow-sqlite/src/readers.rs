@@ -25,7 +25,7 @@ use crate::{eng, find_table, TimeText, ENGINE};
 /// The reader connections, opened on first use, and what they need to open
 /// one and to prepare a table's statements.
 pub(crate) struct Readers {
-    slots: Box<[Mutex<Option<Reader>>]>,
+    slots: Box<[Slot]>,
     /// How many callers wait for a free reader: a reader handed back wakes
     /// them only when there are any, so a read costs no extra lock otherwise.
     waiting: AtomicUsize,
@@ -49,6 +49,13 @@ pub(crate) struct Readers {
     /// See [`Readers::quiet_since_last_look`].
     looked: std::sync::atomic::AtomicU64,
 }
+
+/// A reader's slot, on cache lines of its own: threads reading side by side
+/// each lock their own slot and write to their own reader at every read, and
+/// a line shared by the end of one slot and the lock of the next would move
+/// between their processors at each of those writes.
+#[repr(align(128))]
+struct Slot(Mutex<Option<Reader>>);
 
 /// One reader connection and its kept statements.
 pub(crate) struct Reader {
@@ -254,7 +261,7 @@ impl Readers {
         file: Option<Arc<SameFile>>,
     ) -> Self {
         Readers {
-            slots: (0..count).map(|_| Mutex::new(None)).collect(),
+            slots: (0..count).map(|_| Slot(Mutex::new(None))).collect(),
             waiting: AtomicUsize::new(0),
             freed: Mutex::new(()),
             freed_cv: Condvar::new(),
@@ -344,7 +351,7 @@ impl Readers {
 
     /// Ends the snapshots of the readers no one is using.
     pub(crate) fn end_idle_snapshots(&self) {
-        for s in &*self.slots {
+        for Slot(s) in &*self.slots {
             let mut slot = match s.try_lock() {
                 Ok(g) => g,
                 Err(TryLockError::Poisoned(p)) => p.into_inner(),
@@ -395,7 +402,7 @@ impl Readers {
     fn try_take(&self) -> Option<MutexGuard<'_, Option<Reader>>> {
         let n = self.slots.len();
         let first = home() % n;
-        (0..n).find_map(|k| match self.slots[(first + k) % n].try_lock() {
+        (0..n).find_map(|k| match self.slots[(first + k) % n].0.try_lock() {
             Ok(g) => Some(g),
             // A panic in a caller's row callback leaves the reader as usable
             // as the writer's connection is in that case: its statement was
@@ -452,7 +459,7 @@ impl Readers {
         self.slots
             .iter()
             .map(|s| {
-                let mut g = s.lock().unwrap_or_else(PoisonError::into_inner);
+                let mut g = s.0.lock().unwrap_or_else(PoisonError::into_inner);
                 *g = None;
                 g
             })
