@@ -22,7 +22,7 @@ use burrow_sql::SqlEngine;
 
 use crate::sample::Sample;
 use crate::targets::{
-    EngineSpec, Mode, Native, OrmTarget, RawFile, RawTarget, Stats, Target, SHARED_FILE,
+    EngineSpec, Mode, Native, OrmTarget, RawTarget, Stats, Target, EXCLUSIVE_FILE, SHARED_FILE,
     UNCACHED_MODES,
 };
 
@@ -162,6 +162,9 @@ fn orm_target(engine: Arc<SqlEngine>) -> Result<Box<dyn Target>, String> {
 /// [`SHARED_FILE`] in the external layer's URL.
 const SHARED_FILE_URL: &str = "&journal_mode=wal&vfs=unix-excl";
 
+/// [`EXCLUSIVE_FILE`] in the external layer's URL.
+const EXCLUSIVE_FILE_URL: &str = "&journal_mode=wal";
+
 fn sqlite_url(path: Option<&Path>, sync: Synchronous, exclusive: bool) -> String {
     let sync = match sync {
         Synchronous::Full => "full",
@@ -173,7 +176,11 @@ fn sqlite_url(path: Option<&Path>, sync: Synchronous, exclusive: bool) -> String
         Some(p) => format!(
             "sqlite://{}?synchronous={sync}&locking_mode={lock}{}",
             p.display(),
-            if exclusive { "" } else { SHARED_FILE_URL }
+            if exclusive {
+                EXCLUSIVE_FILE_URL
+            } else {
+                SHARED_FILE_URL
+            }
         ),
         None => "sqlite::memory:".to_owned(),
     }
@@ -244,7 +251,7 @@ pub fn external_engines() -> Vec<EngineSpec> {
             }),
             raw: Some(Box::new(move |path: Option<&Path>| {
                 let file = if exclusive {
-                    RawFile::default()
+                    EXCLUSIVE_FILE
                 } else {
                     SHARED_FILE
                 };

@@ -242,6 +242,21 @@ pub const SHARED_FILE: RawFile = RawFile {
     encrypted: false,
 };
 
+/// How the external layer's exclusive file row opens its file, on both
+/// sides: a write-ahead log. Under exclusive locking SQLite keeps the log's
+/// index in the process's memory (no `-shm` file), and a one-row commit
+/// appends its pages to the log, where the rollback journal wrote each
+/// page's old content to the journal, the page to the file, then zeroed the
+/// journal's header. Its Direct inserts went 1.35–1.45× faster on both
+/// sides, Batch Trans 0.76–0.87× as fast. The embedded engine's exclusive
+/// rows keep the rollback journal: there WAL cost Batch Trans 10–12% and By
+/// one 6–8% for the same gain on Direct, a cell already above 2× mORMot2.
+pub const EXCLUSIVE_FILE: RawFile = RawFile {
+    vfs: None,
+    wal: true,
+    encrypted: false,
+};
+
 impl RawTarget {
     /// A connection to a new database at `path` (`None`: in memory), opened
     /// as `file` says, with the bench's table.
