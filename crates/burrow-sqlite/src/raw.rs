@@ -206,8 +206,8 @@ impl RawStmt {
     /// the cost of binding and a sixth of a multi-row insert (callgrind).
     /// The values borrow for `'v`, which outlives the call. `bind` binds the
     /// parameters in order from the first, and must bind every one, else the
-    /// statement is not run (an error): then no parameter can point into an earlier run's
-    /// values while SQLite reads them. Those pointers are left in the
+    /// statement is not run (an error): then no parameter can point into an
+    /// earlier run's values while SQLite reads them. Those pointers are left in the
     /// statement after the call, unread: clearing the bindings of a
     /// multi-row insert touches every parameter once more (2% of the
     /// instructions of a batch, and as many cache misses as binding them,
@@ -222,7 +222,6 @@ impl RawStmt {
         let mut run = InPlace {
             stmt: self,
             next: 1,
-            reset: false,
             values: PhantomData,
         };
         bind(&mut run)?;
@@ -235,10 +234,9 @@ impl RawStmt {
         // Every parameter holds a value of this run: none of an earlier one
         // is left to read.
         run.stmt.stale = false;
-        let done = run.stmt.execute();
+        // Reset once, by the run's drop.
+        let done = run.stmt.run_once();
         run.stmt.stale = true;
-        // `execute` reset it, whatever the outcome.
-        run.reset = true;
         done
     }
 
@@ -273,12 +271,17 @@ impl RawStmt {
     /// Runs a statement that returns no rows, as rusqlite's `raw_execute`
     /// does: the rows it changed.
     pub fn execute(&mut self) -> rusqlite::Result<usize> {
-        let rows = self.rows();
-        if rows.0.step()? {
+        self.rows().0.run_once()
+    }
+
+    /// Steps a statement that returns no rows once: the rows it changed. The
+    /// caller resets it.
+    fn run_once(&mut self) -> rusqlite::Result<usize> {
+        if self.step()? {
             return Err(rusqlite::Error::ExecuteReturnedResults);
         }
         // SAFETY: the connection is live.
-        let n = unsafe { ffi::sqlite3_changes64(rows.0.db) };
+        let n = unsafe { ffi::sqlite3_changes64(self.db) };
         Ok(usize::try_from(n).unwrap_or(0))
     }
 
@@ -411,9 +414,6 @@ pub struct InPlace<'s, 'v> {
     stmt: &'s mut RawStmt,
     /// The parameter the next value is bound to.
     next: usize,
-    /// Whether the run was stepped and reset: a second reset would cost a
-    /// call into SQLite code no longer in the instruction cache.
-    reset: bool,
     /// Invariant in `'v`: the values' lifetime cannot be shortened.
     values: PhantomData<fn(&'v ()) -> &'v ()>,
 }
@@ -455,12 +455,10 @@ impl InPlace<'_, '_> {
 
 impl Drop for InPlace<'_, '_> {
     fn drop(&mut self) {
-        // SAFETY: the statement is live. The reset ends a run a panic may
-        // have left stepping; the bindings stay, marked stale.
-        if !self.reset {
-            unsafe {
-                ffi::sqlite3_reset(self.stmt.ptr());
-            }
+        // SAFETY: the statement is live. The reset ends the run, also one a
+        // panic left stepping; the bindings stay, marked stale.
+        unsafe {
+            ffi::sqlite3_reset(self.stmt.ptr());
         }
         self.stmt.stale = true;
     }
@@ -607,7 +605,8 @@ mod test {
     }
 
     /// Values bound in place are never read after the call returns: a run
-    /// that binds fewer parameters than the statement has is refused; any other binding or run first clears what is left, so
+    /// that binds fewer parameters than the statement has is refused; any
+    /// other binding or run first clears what is left, so
     /// an unbound parameter reads NULL, not the bytes of a freed buffer; the
     /// same after a binding that failed, or a panic in `bind`.
     #[test]
