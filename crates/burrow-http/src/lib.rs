@@ -47,6 +47,7 @@ mod remote;
 mod rest;
 mod select;
 mod server;
+mod spin;
 mod throttle;
 #[cfg(feature = "tls")]
 mod tls;

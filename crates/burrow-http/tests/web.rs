@@ -727,3 +727,39 @@ fn a_head_trickled_in_gets_408_at_its_time_limit() {
     assert_eq!(c.get("/echo?v=3").text(), "1 3 ");
     server.shutdown();
 }
+
+#[test]
+fn a_connection_polling_for_its_next_request_holds_up_no_other_one() {
+    // One event-loop thread and a long poll: after its answer, the first
+    // connection polls for seconds on the thread every connection shares.
+    let spin = Duration::from_secs(3);
+    let seen = Arc::new(Seen::default());
+    let server = HttpServer::builder(Echo(seen.clone()))
+        .threads(1)
+        .limits(Limits {
+            spin_wait: spin,
+            ..Limits::default()
+        })
+        .bind("127.0.0.1:0")
+        .expect("bind");
+    let mut a = Conn::open(server.local_addr());
+    assert_eq!(a.get("/echo?v=1").text(), "1 1 ");
+    // Another connection is accepted and answered while the first polls.
+    let t = Instant::now();
+    let mut b = Conn::open(server.local_addr());
+    assert_eq!(b.get("/echo?v=2").text(), "1 2 ");
+    assert!(t.elapsed() < spin / 3, "waited {:?}", t.elapsed());
+    // With the second one gone, the first polls again; a request that
+    // comes part-way through the poll is read by it.
+    drop(b);
+    eventually("the second connection closed", || {
+        seen.closed.load(Ordering::SeqCst) == 1
+    });
+    std::thread::sleep(Duration::from_millis(100));
+    assert_eq!(a.get("/echo?v=3").text(), "2 3 ");
+    // Shutdown does not wait for a poll to run out.
+    let t = Instant::now();
+    server.shutdown();
+    assert!(t.elapsed() < spin / 3, "shutdown took {:?}", t.elapsed());
+    assert!(a.closed());
+}

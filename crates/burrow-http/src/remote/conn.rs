@@ -15,6 +15,7 @@ use burrow_core::{Error, Result};
 use super::reply::Reply;
 use super::retry::Retry;
 use super::ENGINE;
+pub(super) use crate::spin::Spin;
 use crate::web::wire::{header_text, Framing};
 
 /// A client connection: plain, or TLS over it.
@@ -440,56 +441,6 @@ fn poll_read(tcp: &mut TcpStream, buf: &mut [u8], budget: Duration) -> Result<Op
     Ok(got?)
 }
 
-/// When a connection polls for an answer before sleeping; see
-/// [`RemoteBuilder::spin_wait`](super::RemoteBuilder::spin_wait).
-#[derive(Debug, Clone, Copy)]
-pub(super) struct Spin {
-    pub(super) budget: Duration,
-    /// Answers in a row that came later than the budget.
-    late: u32,
-    /// Calls since polling stopped.
-    skipped: u32,
-}
-
-/// Late answers in a row after which a connection stops polling.
-const LATE_ANSWERS: u32 = 8;
-/// While stopped, one call in this many polls again, to notice when
-/// answers come quickly again.
-const PROBE_EVERY: u32 = 32;
-
-impl Spin {
-    pub(super) fn new(budget: Duration) -> Spin {
-        Spin {
-            budget,
-            late: 0,
-            skipped: 0,
-        }
-    }
-
-    fn try_now(&mut self) -> bool {
-        if self.budget.is_zero() {
-            return false;
-        }
-        if self.late < LATE_ANSWERS {
-            return true;
-        }
-        self.skipped += 1;
-        if self.skipped < PROBE_EVERY {
-            return false;
-        }
-        self.skipped = 0;
-        true
-    }
-
-    fn seen(&mut self, in_time: bool) {
-        self.late = if in_time {
-            0
-        } else {
-            self.late.saturating_add(1)
-        };
-    }
-}
-
 #[cold]
 fn closed() -> Error {
     Error::engine(ENGINE, "the server closed the connection")
@@ -511,9 +462,7 @@ fn read_more(c: &mut Conn) -> Result<()> {
 
 #[cfg(test)]
 mod test {
-    use super::{
-        exchange, write_request, Body, Conn, Request, Spin, Stream, LATE_ANSWERS, PROBE_EVERY,
-    };
+    use super::{exchange, write_request, Body, Conn, Request, Spin, Stream};
     use std::io::{Read, Write};
     use std::net::{TcpListener, TcpStream};
     use std::time::Duration;
@@ -627,22 +576,5 @@ mod test {
         ] {
             assert!(sunk(bad, 3).is_err(), "{}", String::from_utf8_lossy(bad));
         }
-    }
-
-    #[test]
-    fn polling_stops_after_late_answers_and_probes_now_and_then() {
-        let mut spin = Spin::new(Duration::from_micros(50));
-        for _ in 0..LATE_ANSWERS {
-            assert!(spin.try_now());
-            spin.seen(false);
-        }
-        let polled: Vec<bool> = (0..2 * PROBE_EVERY).map(|_| spin.try_now()).collect();
-        assert_eq!(polled.iter().filter(|p| **p).count(), 2);
-        assert!(polled[PROBE_EVERY as usize - 1]);
-        // An answer in time on a probe: polling is back for every call.
-        spin.seen(true);
-        assert!((0..PROBE_EVERY).all(|_| spin.try_now()));
-        // Zero never polls.
-        assert!(!Spin::new(Duration::ZERO).try_now());
     }
 }

@@ -61,7 +61,7 @@ pub use reply::RemoteError;
 const ENGINE: &str = "remote";
 
 /// See [`RemoteBuilder::spin_wait`].
-const DEFAULT_SPIN_WAIT: Duration = Duration::from_micros(50);
+const DEFAULT_SPIN_WAIT: Duration = Duration::from_micros(100);
 
 /// Options of a [`RemoteEngine`]; see [`RemoteEngine::builder`].
 pub struct RemoteBuilder {
@@ -119,7 +119,7 @@ impl RemoteBuilder {
     }
 
     /// How long a call polls its connection for the answer before its
-    /// thread sleeps until the answer comes (default 50 µs; zero never
+    /// thread sleeps until the answer comes (default 100 µs; zero never
     /// polls). Waking a sleeping thread costs tens of microseconds, much of
     /// a small call's round trip to a server nearby: polling keeps the
     /// thread running while the answer is on its way, which on loopback
@@ -128,7 +128,9 @@ impl RemoteBuilder {
     /// other thread ready to run meanwhile; a connection whose
     /// answers keep arriving later than this stops polling (and tries now
     /// and then whether answers come quickly again). Plain `http://` only:
-    /// under TLS the thread sleeps as it waits.
+    /// under TLS the thread sleeps as it waits. A Burrow server polls for
+    /// the next request the same way ([`Limits::spin_wait`](crate::web::Limits::spin_wait)):
+    /// with both, a call in a loop on loopback never waits for a wake-up.
     pub fn spin_wait(mut self, budget: Duration) -> Self {
         self.spin_wait = budget;
         self

@@ -4,8 +4,9 @@
 use std::future::Future;
 use std::net::IpAddr;
 use std::panic::AssertUnwindSafe;
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::task::Poll;
+use std::time::Duration;
 
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 use tokio::sync::watch;
@@ -14,6 +15,7 @@ use tokio::time::{timeout, timeout_at, Instant};
 use super::request::{self, Parsed, Request, RequestHead};
 use super::response::{self, Response};
 use super::{Core, Handler};
+use crate::spin::Spin;
 
 /// Responses waiting to be written past this are written before the next
 /// pipelined request is handled: a connection's memory stays bounded (to
@@ -176,6 +178,35 @@ async fn unwinding<F: Future>(fut: F) -> Option<F::Output> {
     .await
 }
 
+/// Reads what comes on `stream` within `budget`, looking again each time
+/// the runtime has polled for I/O and run whatever else was ready (the
+/// thread stays awake, and no other connection waits on it); `None` when
+/// nothing came in that time, or once the server is `stopping`. A read
+/// dropped unfinished loses nothing.
+async fn read_soon(
+    stream: &mut impl Stream,
+    buf: &mut Vec<u8>,
+    budget: Duration,
+    stopping: &AtomicBool,
+) -> Option<std::io::Result<usize>> {
+    let start = std::time::Instant::now();
+    loop {
+        let mut read = std::pin::pin!(stream.read_buf(buf));
+        let got = std::future::poll_fn(|cx| match read.as_mut().poll(cx) {
+            Poll::Ready(r) => Poll::Ready(Some(r)),
+            Poll::Pending => Poll::Ready(None),
+        })
+        .await;
+        if got.is_some() {
+            return got;
+        }
+        if start.elapsed() >= budget || stopping.load(Ordering::Relaxed) {
+            return None;
+        }
+        tokio::task::yield_now().await;
+    }
+}
+
 /// Serves one connection until it closes.
 pub(crate) async fn serve<H: Handler>(
     core: &Core<H>,
@@ -189,6 +220,7 @@ pub(crate) async fn serve<H: Handler>(
     let mut buf: Vec<u8> = Vec::with_capacity(4096);
     let mut pos = 0;
     let mut out: Vec<u8> = Vec::with_capacity(4096);
+    let mut spin = Spin::new(limits.spin_wait);
     'conn: loop {
         if pos == buf.len() {
             buf.clear();
@@ -256,16 +288,30 @@ pub(crate) async fn serve<H: Handler>(
                     if core.stopping.load(Ordering::SeqCst) {
                         break 'conn;
                     }
-                    let idle = core
-                        .handler
-                        .idle_timeout(&conn)
-                        .map_or(limits.idle_timeout, |d| d.min(limits.idle_timeout));
-                    tokio::select! {
-                        r = timeout(idle, stream.read_buf(&mut buf)) => match r {
-                            Ok(r) => r,
-                            Err(_) => break 'conn,
-                        },
-                        _ = stop.changed() => continue,
+                    let soon = if core.connections.load(Ordering::Relaxed) <= core.spin_connections
+                        && spin.try_now()
+                    {
+                        let got =
+                            read_soon(&mut stream, &mut buf, spin.budget, &core.stopping).await;
+                        spin.seen(got.is_some());
+                        got
+                    } else {
+                        None
+                    };
+                    if let Some(r) = soon {
+                        r
+                    } else {
+                        let idle = core
+                            .handler
+                            .idle_timeout(&conn)
+                            .map_or(limits.idle_timeout, |d| d.min(limits.idle_timeout));
+                        tokio::select! {
+                            r = timeout(idle, stream.read_buf(&mut buf)) => match r {
+                                Ok(r) => r,
+                                Err(_) => break 'conn,
+                            },
+                            _ = stop.changed() => continue,
+                        }
                     }
                 }
             };

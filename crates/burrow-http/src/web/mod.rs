@@ -186,6 +186,17 @@ pub struct Limits {
     pub gzip_min_bytes: usize,
     /// How long a graceful shutdown waits for requests in flight.
     pub shutdown_timeout: Duration,
+    /// How long a connection just answered polls for its next request
+    /// before its thread sleeps (zero never polls), while the server has no
+    /// more connections open than event-loop threads. A client that sends
+    /// its next call as soon as it has the answer then finds the server
+    /// awake: on loopback a sleeping thread's wake-up is most of a small
+    /// call's round trip. Polling yields to every other connection's work
+    /// between looks, and a connection whose requests keep coming later than
+    /// this stops polling (and tries now and then whether they come quickly
+    /// again); with more connections than threads there is other work to
+    /// do, and nobody polls.
+    pub spin_wait: Duration,
 }
 
 impl Default for Limits {
@@ -201,6 +212,7 @@ impl Default for Limits {
             max_body_bytes_in_flight: 256 * 1024 * 1024,
             gzip_min_bytes: 4096,
             shutdown_timeout: Duration::from_secs(10),
+            spin_wait: Duration::from_micros(100),
         }
     }
 }
@@ -223,6 +235,9 @@ pub(crate) struct Core<H> {
     /// Set when shutdown begins: connections close after their current
     /// request.
     pub stopping: AtomicBool,
+    /// Connections open at most for a connection to poll for its next
+    /// request (see [`Limits::spin_wait`]): the event-loop threads.
+    pub spin_connections: usize,
 }
 
 #[cfg(feature = "tls")]
@@ -327,6 +342,7 @@ impl<H: Handler> HttpServerBuilder<H> {
             body_bytes: AtomicUsize::new(0),
             peak_output: AtomicUsize::new(0),
             stopping: AtomicBool::new(false),
+            spin_connections: self.threads,
         });
         let (stop_tx, stop_rx) = watch::channel(false);
         let listener = {
