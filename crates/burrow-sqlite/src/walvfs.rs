@@ -16,15 +16,10 @@
 //!   the file other than it wrote it;
 //! - when the next write is not right after the last, or the buffer is full.
 //!
-//! Only appends gather. Bytes written again (a page changed again after the
-//! cache spilled it, checksums rewritten at commit, a commit frame's header
-//! among them) go straight through, after what came before them. Nothing
-//! else changes: the main database file, journals and the shared memory
-//! index go straight to the VFS below; a log whose page size this
+//! Nothing else changes: the main database file, journals and the shared
+//! memory index go straight to the VFS below, and a log whose page size this
 //! connection has not seen written (a log left by an earlier process, until
-//! it restarts) is written through as it comes, and so is a log on a device
-//! without power-safe overwrites, where SQLite pads a commit to a sector
-//! with copies of its last frame split around a sync. Another connection reads
+//! it restarts) is written through as it comes. Another connection reads
 //! only frames a commit made visible in the index, and a commit is written
 //! out before it updates the index.
 //!
@@ -112,9 +107,6 @@ struct Log {
     buf: Vec<u8>,
     /// Where in the file `buf` starts.
     at: i64,
-    /// Where this connection's writes to the log end, since it last wrote
-    /// the log's header: a write before it rewrites bytes already written.
-    end: i64,
     /// The log's page size, once this connection has written its header.
     page: i64,
     /// Where the last commit frame seen ends, until it is written out.
@@ -137,13 +129,12 @@ unsafe extern "C" fn open(
     flags: c_int,
     out_flags: *mut c_int,
 ) -> c_int {
-    // Read through the pointer: SQLite may write the VFS's `pNext` meanwhile.
-    let below = std::ptr::addr_of!((*vfs.cast::<Shim>()).real).read();
+    let shim = &*vfs.cast::<Shim>();
     let file = f.cast::<File>();
     let inner = real(f);
     (*inner).pMethods = std::ptr::null();
-    let rc = match (*below).xOpen {
-        Some(x) => x(below, name, inner, flags, out_flags),
+    let rc = match (*shim.real).xOpen {
+        Some(x) => x(shim.real, name, inner, flags, out_flags),
         None => ffi::SQLITE_CANTOPEN,
     };
     // A file the VFS below left methods on is closed through this one, even
@@ -154,17 +145,10 @@ unsafe extern "C" fn open(
         return rc;
     }
     (*file).base.pMethods = &METHODS;
-    // Without power-safe overwrites SQLite pads a commit to a sector with
-    // copies of its last frame, split around a sync: such a log is written
-    // as it comes.
-    let powersafe = methods(f)
-        .xDeviceCharacteristics
-        .is_some_and(|x| x(inner) & ffi::SQLITE_IOCAP_POWERSAFE_OVERWRITE != 0);
-    (*file).log = if rc == ffi::SQLITE_OK && flags & ffi::SQLITE_OPEN_WAL != 0 && powersafe {
+    (*file).log = if rc == ffi::SQLITE_OK && flags & ffi::SQLITE_OPEN_WAL != 0 {
         Box::into_raw(Box::new(Log {
             buf: Vec::new(),
             at: 0,
-            end: 0,
             page: 0,
             commit_end: None,
         }))
@@ -188,14 +172,10 @@ unsafe fn flush_log(f: *mut ffi::sqlite3_file, log: &mut Log) -> c_int {
         return ffi::SQLITE_OK;
     }
     let rc = write_below(f, &log.buf, log.at);
-    let written = log.at + log.buf.len() as i64;
     // Gone either way: on an error SQLite fails the transaction, and a log's
     // frames past its last commit are never read.
     log.buf.clear();
-    // A commit frame cut by this flush is written out when its end comes.
-    if log.commit_end.is_some_and(|e| e <= written) || rc != ffi::SQLITE_OK {
-        log.commit_end = None;
-    }
+    log.commit_end = None;
     rc
 }
 
@@ -240,15 +220,8 @@ unsafe extern "C" fn write(
         } else {
             0
         };
-        log.end = 0;
     }
-    let rewrite = at < log.end;
-    log.end = log.end.max(at + len as i64);
-    // A log begun by another connection, and bytes written again (a page
-    // changed again within the transaction, checksums rewritten at its
-    // commit, a commit frame's header among them) go straight through,
-    // after what came before them.
-    if log.page == 0 || rewrite {
+    if log.page == 0 {
         let rc = flush_log(f, log);
         if rc != ffi::SQLITE_OK {
             return rc;
@@ -268,7 +241,7 @@ unsafe extern "C" fn write(
         }
     }
     if commit {
-        log.commit_end = Some(log.commit_end.map_or(at + frame, |e| e.max(at + frame)));
+        log.commit_end = Some(at + frame);
     }
     if log.buf.is_empty() {
         log.at = at;
@@ -521,72 +494,6 @@ mod test {
         assert_eq!(totals(&first), want);
         drop((first, second));
         assert_eq!(totals(&Connection::open(&path).unwrap()), want);
-    }
-
-    /// Rows in the database a process killed now would leave: the file and
-    /// its log copied, then opened (SQLite recovers the log).
-    fn after_a_kill(dir: &std::path::Path) -> i64 {
-        let copy = dir.join("copy");
-        std::fs::create_dir_all(&copy).unwrap();
-        for name in ["log.db", "log.db-wal"] {
-            let _ = std::fs::remove_file(copy.join(name));
-            if dir.join(name).exists() {
-                std::fs::copy(dir.join(name), copy.join(name)).unwrap();
-            }
-        }
-        let c = Connection::open(copy.join("log.db")).unwrap();
-        c.query_row("SELECT count(*) FROM t", [], |r| r.get(0))
-            .unwrap()
-    }
-
-    #[test]
-    fn a_transaction_that_spilled_is_whole_in_the_file_at_its_commit() {
-        // A cache of 20 pages spills mid-transaction; pages changed again
-        // after the spill make SQLite rewrite the frames' checksums at
-        // commit, the commit frame's header among them.
-        for sync in ["OFF", "NORMAL"] {
-            let dir = tempfile::tempdir().unwrap();
-            let w = through_log_vfs(&dir.path().join("log.db"));
-            w.execute_batch(&format!(
-                "PRAGMA synchronous={sync}; PRAGMA cache_size=20; \
-                 PRAGMA wal_autocheckpoint=0; CREATE TABLE t (n INTEGER, pad TEXT); \
-                 CREATE INDEX t_pad ON t (pad)"
-            ))
-            .unwrap();
-            for round in 1..=3 {
-                let tx = w.unchecked_transaction().unwrap();
-                for i in 0..3_000 {
-                    tx.execute(
-                        "INSERT INTO t (n, pad) VALUES (?1, ?2)",
-                        rusqlite::params![i, format!("{:0200}", (i * 7_919 + round) % 100_000)],
-                    )
-                    .unwrap();
-                }
-                tx.commit().unwrap();
-                assert_eq!(after_a_kill(dir.path()), round * 3_000, "{sync}");
-            }
-        }
-    }
-
-    #[test]
-    fn a_log_padded_to_sectors_is_read_whole_by_other_connections() {
-        // Without power-safe overwrites a commit is padded with copies of its
-        // last frame, split around a sync.
-        let dir = tempfile::tempdir().unwrap();
-        let path = dir.path().join("log.db");
-        let uri = format!("file:{}?psow=0", path.display());
-        let flags = OpenFlags::default() | OpenFlags::SQLITE_OPEN_URI;
-        let w = Connection::open_with_flags_and_vfs(uri, flags, over(None).unwrap()).unwrap();
-        w.execute_batch(
-            "PRAGMA journal_mode=WAL; PRAGMA synchronous=FULL; \
-             CREATE TABLE t (n INTEGER, pad TEXT)",
-        )
-        .unwrap();
-        let r = Connection::open(&path).unwrap();
-        for i in 0..20 {
-            w.execute("INSERT INTO t (n) VALUES (?1)", [i]).unwrap();
-            assert_eq!(totals(&r), (i + 1, i * (i + 1) / 2));
-        }
     }
 
     #[test]
