@@ -78,7 +78,6 @@ pub mod schema;
 mod snapshots;
 pub mod statements;
 mod vtab;
-pub mod walvfs;
 
 use std::borrow::Cow;
 use std::sync::{Arc, Condvar, Mutex, MutexGuard, PoisonError};
@@ -206,9 +205,7 @@ impl SqliteEngine {
         let conn = match &options.path {
             Some(p) => {
                 check_header(p, keyed)?;
-                // The one connection that writes the log writes it through
-                // `walvfs`, over the VFS the options chose.
-                match walvfs::over(vfs).or(vfs) {
+                match vfs {
                     Some(vfs) => Connection::open_with_flags_and_vfs(p, OpenFlags::default(), vfs),
                     None => Connection::open(p),
                 }
