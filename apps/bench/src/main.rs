@@ -264,9 +264,12 @@ fn run(args: &Args) -> Result<(), String> {
         for (id, title) in concurrency::ENGINES {
             if engines.iter().any(|e| e.id == id) {
                 bar.set_message(format!("{id}: by-one reads from several threads"));
-                let rates = concurrency::by_one(id, args.rows, args.repeat)
+                let (rates, raw) = concurrency::by_one(id, args.rows, args.repeat)
                     .map_err(|e| format!("{id} concurrent by-one: {e}"))?;
-                threads.push((title, rates));
+                threads.push((title.to_owned(), rates));
+                if let Some(raw) = raw {
+                    threads.push((format!("{title} (raw: a connection per thread)"), raw));
+                }
             }
         }
     }
@@ -360,25 +363,31 @@ fn run_cell(
 }
 
 /// The concurrent-read table: one row per engine, objects per second for each
-/// thread count, and the gain of the most threads over one.
-fn threads_report(rows: &[(&str, Vec<f64>)]) -> String {
+/// thread count, and the gains of two threads and of the most over one.
+fn threads_report(rows: &[(String, Vec<f64>)]) -> String {
     let t = &concurrency::THREADS;
+    let two = t.iter().position(|&n| n == 2).unwrap_or(0);
     let mut out = String::from(
         "## Concurrent reads: By one from threads sharing one engine (objects/second, all threads)\n\n| engine |",
     );
     for n in t {
         let _ = write!(out, " {n} thread{} |", if *n == 1 { "" } else { "s" });
     }
-    let _ = writeln!(out, " {} ÷ 1 |", t[t.len() - 1]);
+    let _ = writeln!(out, " 2 ÷ 1 | {} ÷ 1 |", t[t.len() - 1]);
     out.push_str("|---|");
-    out.push_str(&"---:|".repeat(t.len() + 1));
+    out.push_str(&"---:|".repeat(t.len() + 2));
     out.push('\n');
     for (title, rates) in rows {
         let _ = write!(out, "| {title} |");
         for r in rates {
             let _ = write!(out, " {} |", fmt_rate(*r));
         }
-        let _ = writeln!(out, " {:.2} |", rates[rates.len() - 1] / rates[0]);
+        let _ = writeln!(
+            out,
+            " {:.2} | {:.2} |",
+            rates[two] / rates[0],
+            rates[rates.len() - 1] / rates[0]
+        );
     }
     out.push('\n');
     out

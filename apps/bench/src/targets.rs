@@ -210,7 +210,7 @@ pub struct RawTarget {
 }
 
 const RAW_INSERT: &str = "INSERT INTO Sample (FirstName,LastName,Amount,BirthDate,LastChange,CreatedAt) VALUES (?,?,?,?,?,?)";
-const RAW_SELECT: &str =
+pub(crate) const RAW_SELECT: &str =
     "SELECT ID,FirstName,LastName,Amount,BirthDate,LastChange,CreatedAt FROM Sample";
 /// Rows per multi-row INSERT, as the ORM uses.
 const RAW_BULK: usize = 200;
@@ -363,7 +363,7 @@ impl RawTarget {
     }
 }
 
-fn raw_row(r: &rusqlite::Row<'_>) -> rusqlite::Result<Sample> {
+pub(crate) fn raw_row(r: &rusqlite::Row<'_>) -> rusqlite::Result<Sample> {
     let text = |i: usize| -> rusqlite::Result<&str> {
         r.get_ref(i)?.as_str().map_err(rusqlite::Error::from)
     };
