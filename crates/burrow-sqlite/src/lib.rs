@@ -616,11 +616,22 @@ pub struct DateTexts {
 /// buffer, left by a long batch, is let go.
 const DATE_TEXTS_KEPT: usize = 64 << 10;
 
+/// Bytes of date text a connection holds room for from its first statement:
+/// eight date-times at their longest. A date-time's text is as long as its
+/// fraction of a second needs (trailing zeros dropped), so the same
+/// statement's dates can need more room on a later call than on its first,
+/// and the buffer grew then, once in a while (an allocation on the per-row
+/// path, seen by `tests/alloc.rs` on a loaded machine).
+const DATE_TEXTS_MIN: usize = 8 * DATETIME_BUF;
+
 impl DateTexts {
     /// Empties it for a statement's values.
     fn start(&mut self) {
         if self.bytes.capacity() > DATE_TEXTS_KEPT {
             *self = DateTexts::default();
+        }
+        if self.bytes.capacity() < DATE_TEXTS_MIN {
+            self.bytes.reserve(DATE_TEXTS_MIN);
         }
         self.bytes.clear();
         self.spans.clear();
