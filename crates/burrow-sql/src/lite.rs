@@ -81,10 +81,14 @@ impl LiteSetup {
             // memory. A read in autocommit otherwise pays 4 fcntl, 3 stat and a
             // pread of the header to take and drop its shared lock and check
             // for another process's journal: most of a by-ID read.
-            (Some(p), Some(vfs)) => {
-                Connection::open_with_flags_and_vfs(p, OpenFlags::default(), vfs.as_str())
+            // A log's writes are gathered (see `burrow_sqlite::walvfs`).
+            (Some(p), vfs) => {
+                let below = vfs.as_deref();
+                match burrow_sqlite::walvfs::over(below).or(below) {
+                    Some(vfs) => Connection::open_with_flags_and_vfs(p, OpenFlags::default(), vfs),
+                    None => Connection::open(p),
+                }
             }
-            (Some(p), None) => Connection::open(p),
             (None, _) => Connection::open_in_memory(),
         }
         .map_err(classify)?;

@@ -78,6 +78,7 @@ pub mod schema;
 mod snapshots;
 pub mod statements;
 mod vtab;
+pub mod walvfs;
 
 use std::borrow::Cow;
 use std::sync::{Arc, Condvar, Mutex, MutexGuard, PoisonError};
@@ -205,7 +206,9 @@ impl SqliteEngine {
         let conn = match &options.path {
             Some(p) => {
                 check_header(p, keyed)?;
-                match vfs {
+                // The one connection that writes the log writes it through
+                // `walvfs`, over the VFS the options chose.
+                match walvfs::over(vfs).or(vfs) {
                     Some(vfs) => Connection::open_with_flags_and_vfs(p, OpenFlags::default(), vfs),
                     None => Connection::open(p),
                 }
