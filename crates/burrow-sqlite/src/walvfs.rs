@@ -195,12 +195,13 @@ unsafe extern "C" fn open(
         (*file).base.pMethods = std::ptr::null();
         return rc;
     }
-    // A file below without shared memory (a version-1 VFS) is shown as one:
-    // SQLite then refuses WAL mode on it rather than failing at each use.
-    (*file).base.pMethods = if methods(f).iVersion >= 2 {
+    // A file below without shared memory (a version-1 VFS, or one with no
+    // `xShmMap`, as `unix-none`) is shown without it: SQLite then refuses
+    // WAL mode on it rather than failing at each use.
+    (*file).base.pMethods = if methods(f).iVersion >= 2 && methods(f).xShmMap.is_some() {
         &METHODS
     } else {
-        &METHODS_V1
+        &NO_SHM_METHODS
     };
     if rc != ffi::SQLITE_OK || name.is_null() {
         return rc;
@@ -516,8 +517,8 @@ unsafe extern "C" fn unfetch(f: *mut ffi::sqlite3_file, at: i64, p: *mut c_void)
 }
 
 /// The methods of a file whose VFS below has no shared memory.
-static METHODS_V1: ffi::sqlite3_io_methods = ffi::sqlite3_io_methods {
-    iVersion: 1,
+static NO_SHM_METHODS: ffi::sqlite3_io_methods = ffi::sqlite3_io_methods {
+    xShmMap: None,
     ..ALL_METHODS
 };
 
@@ -867,6 +868,27 @@ mod test {
                 assert_eq!(totals(&r), (i + 1, i * (i + 1) / 2));
             }
         }
+    }
+
+    #[test]
+    fn a_vfs_below_without_shared_memory_keeps_its_rollback_journal() {
+        // `unix-none` has version-3 methods but no shared memory: SQLite
+        // refuses WAL mode on it, through this VFS as without it.
+        let vfs = over(Some("unix-none")).expect("SQLite's unix build has unix-none");
+        let dir = tempfile::tempdir().unwrap();
+        let c = Connection::open_with_flags_and_vfs(
+            dir.path().join("log.db"),
+            OpenFlags::default(),
+            vfs,
+        )
+        .unwrap();
+        let mode: String = c
+            .query_row("PRAGMA journal_mode=WAL", [], |r| r.get(0))
+            .unwrap();
+        assert_eq!(mode, "delete");
+        c.execute_batch("CREATE TABLE t (n INTEGER, pad TEXT); INSERT INTO t (n) VALUES (1)")
+            .unwrap();
+        assert_eq!(totals(&c), (1, 1));
     }
 
     #[test]
