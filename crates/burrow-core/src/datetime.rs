@@ -276,7 +276,69 @@ pub fn parse_date(s: &str) -> Option<NaiveDate> {
 /// Parses `YYYY-MM-DD[T| ]hh:mm[:ss[.fraction]]` with an optional `Z` or `+00:00`,
 /// read as UTC; a date alone is midnight. Other offsets are converted to UTC.
 pub fn parse_datetime(s: &str) -> Option<DateTime<Utc>> {
-    parse_written_datetime(s.as_bytes()).or_else(|| parse_any_datetime(s))
+    let b = s.as_bytes();
+    LAST_PARSED.with(|last| {
+        let mut last = last.borrow_mut();
+        if let Some(t) = last.get(b) {
+            return Some(t);
+        }
+        let t = parse_written_datetime(b).or_else(|| parse_any_datetime(s))?;
+        last.set(b, t);
+        Some(t)
+    })
+}
+
+thread_local! {
+    /// The last date-time text each thread parsed, and its time. Rows
+    /// written together carry one time (a batch's records are stamped
+    /// once), so a list of them holds the same text row after row: then a
+    /// parse is one comparison, where it is otherwise most of what reading
+    /// a date-time costs. A text that differs costs the comparison more.
+    static LAST_PARSED: std::cell::RefCell<LastParsed> = const {
+        std::cell::RefCell::new(LastParsed {
+            len: 0,
+            tail: 0,
+            text: [0; LAST_PARSED_MAX],
+            at: DateTime::UNIX_EPOCH,
+        })
+    };
+}
+
+/// The longest text [`LAST_PARSED`] keeps: a written date-time with all
+/// nine digits of a fraction and a `+00:00` fits.
+const LAST_PARSED_MAX: usize = 40;
+
+struct LastParsed {
+    /// 0 until a text is kept (a text under 8 bytes is never kept).
+    len: usize,
+    /// The text's last 8 bytes: where two times of a run of rows differ
+    /// (the seconds and the fraction), so a different text is told apart
+    /// by one comparison.
+    tail: u64,
+    text: [u8; LAST_PARSED_MAX],
+    at: DateTime<Utc>,
+}
+
+impl LastParsed {
+    #[inline(always)]
+    fn get(&self, b: &[u8]) -> Option<DateTime<Utc>> {
+        let n = b.len();
+        if n != self.len || n < 8 || le8(&b[n - 8..]) != self.tail {
+            return None;
+        }
+        (self.text[..n] == *b).then_some(self.at)
+    }
+
+    #[inline(always)]
+    fn set(&mut self, b: &[u8], at: DateTime<Utc>) {
+        let n = b.len();
+        if (8..=LAST_PARSED_MAX).contains(&n) {
+            self.text[..n].copy_from_slice(b);
+            self.tail = le8(&b[n - 8..]);
+            self.len = n;
+            self.at = at;
+        }
+    }
 }
 
 /// [`parse_datetime`] for every shape it takes.
@@ -630,6 +692,42 @@ mod test {
             }
             proptest::prop_assert_eq!(parse_datetime(&time), parse_any_datetime(&time), "{}", time);
         }
+    }
+
+    /// A text is answered from the thread's last parse only when it is
+    /// that very text: texts alike but for one byte, of the same length,
+    /// too long to keep, or that do not parse, each read as the parser
+    /// alone reads them, in any order.
+    #[test]
+    fn repeated_datetimes_read_as_parsed() {
+        let long = "2026-11-29T02:34:11.752031422+00:00 and more";
+        let texts = [
+            "2026-11-29T02:34:11.752031422",
+            "2026-11-29T02:34:11.752031422",
+            "2026-11-29T02:34:11.752031423",
+            "2026-11-29T02:34:11.752031422",
+            "2026-11-29T02:34:11.75203142x",
+            "2026-11-29T02:34:11.752031422",
+            "2026-11-29T02:34:11.752031422+01:00",
+            "2026-11-29T02:34:11.752031422+01:00",
+            "2026-11-29T02:34:11.752031422+02:00",
+            long,
+            long,
+            "2026-11-29T02:34:11",
+            "2026-11-29",
+            "",
+            "2026-11-29T02:34:11",
+        ];
+        for _ in 0..2 {
+            for t in texts {
+                let alone = parse_written_datetime(t.as_bytes()).or_else(|| parse_any_datetime(t));
+                assert_eq!(parse_datetime(t), alone, "{t}");
+            }
+        }
+        assert_ne!(
+            parse_datetime("2026-11-29T02:34:11.752031422+01:00"),
+            parse_datetime("2026-11-29T02:34:11.752031422+02:00")
+        );
     }
 
     #[test]
