@@ -521,50 +521,47 @@ pub fn sqlite_engines() -> Vec<EngineSpec> {
     );
     configs
         .into_iter()
-        .map(|(id, title, file, sync, exclusive, encrypted)| EngineSpec {
-            id,
-            title,
-            file,
-            slow_direct: file && sync == Synchronous::Full,
-            modes: &UNCACHED_MODES,
-            orm: Box::new(move |path: Option<&Path>| {
-                let options = sqlite_options(path, sync, exclusive);
-                // See SHARED_FILE and EXCLUSIVE_FILE: the row names fix only
-                // `synchronous` and the locking mode.
-                let options = match (file, exclusive) {
-                    (true, false) => options.wal(true).one_process(true),
-                    (true, true) => options.wal(true),
-                    (false, _) => options,
-                };
-                #[cfg(feature = "encryption")]
-                let options = if encrypted {
-                    options.passphrase(BENCH_PASSPHRASE)
-                } else {
-                    options
-                };
-                let engine = Arc::new(SqliteEngine::open(options).map_err(err)?);
-                let client =
-                    Database::open(Model::new().with::<Sample>(), engine.clone()).map_err(err)?;
-                Ok(Box::new(OrmTarget {
-                    client,
-                    native: Box::new(SqliteNative(engine)),
-                }) as Box<dyn Target>)
-            }),
-            raw: Some(Box::new(move |path: Option<&Path>| {
-                Ok(Box::new(RawTarget::open_as(
-                    path,
-                    sync,
-                    exclusive,
-                    RawFile {
-                        encrypted,
-                        ..match (file, exclusive) {
-                            (true, false) => SHARED_FILE,
-                            (true, true) => EXCLUSIVE_FILE,
-                            (false, _) => RawFile::default(),
-                        }
-                    },
-                )?) as Box<dyn Target>)
-            })),
+        .map(|(id, title, file, sync, exclusive, encrypted)| {
+            // See SHARED_FILE and EXCLUSIVE_FILE: the row names fix only
+            // `synchronous` and the locking mode. Both sides open the file
+            // as this says.
+            let opened = RawFile {
+                encrypted,
+                ..match (file, exclusive) {
+                    (true, false) => SHARED_FILE,
+                    (true, true) => EXCLUSIVE_FILE,
+                    (false, _) => RawFile::default(),
+                }
+            };
+            EngineSpec {
+                id,
+                title,
+                file,
+                slow_direct: file && sync == Synchronous::Full,
+                modes: &UNCACHED_MODES,
+                orm: Box::new(move |path: Option<&Path>| {
+                    let options = sqlite_options(path, sync, exclusive)
+                        .wal(opened.wal)
+                        .one_process(opened.vfs == Some("unix-excl"));
+                    #[cfg(feature = "encryption")]
+                    let options = if encrypted {
+                        options.passphrase(BENCH_PASSPHRASE)
+                    } else {
+                        options
+                    };
+                    let engine = Arc::new(SqliteEngine::open(options).map_err(err)?);
+                    let client = Database::open(Model::new().with::<Sample>(), engine.clone())
+                        .map_err(err)?;
+                    Ok(Box::new(OrmTarget {
+                        client,
+                        native: Box::new(SqliteNative(engine)),
+                    }) as Box<dyn Target>)
+                }),
+                raw: Some(Box::new(move |path: Option<&Path>| {
+                    Ok(Box::new(RawTarget::open_as(path, sync, exclusive, opened)?)
+                        as Box<dyn Target>)
+                })),
+            }
         })
         .collect()
 }
