@@ -44,6 +44,7 @@ external!(
     virtual_table_through_sqlite,
     killed_connection_mid_batch,
     record_of_no_fields,
+    calls_from_inside_runtimes,
 );
 
 fn client(db: &Db) -> Result<(Arc<SqlEngine>, Database), Box<dyn std::error::Error>> {
@@ -1052,5 +1053,60 @@ fn record_of_no_fields(db: &Db) -> TestResult {
     assert_eq!(c.count::<Bare>("", &[])?, 5);
     assert!(c.delete::<Bare>(a.id)?);
     assert_eq!(c.retrieve::<Bare>(b.id)?, b);
+    Ok(())
+}
+
+/// Adds and deletes a row named `probe`, then reads every seeded row with
+/// `for_each` and returns the names in ID order. With `nested`, reads each
+/// row again by ID from inside the row callback: a second pooled connection
+/// while the first still streams (SQLite through this layer refuses such a
+/// call on one thread).
+fn read_twice(c: &Database, nested: bool, probe: &str) -> burrow_core::Result<Vec<String>> {
+    let mut s = Sample::new(probe, 1, "1.5");
+    let id = c.add(&mut s)?;
+    assert!(c.delete::<Sample>(id)?);
+    let mut names = Vec::new();
+    c.for_each::<Sample>(&Query::all().order_by("ID"), &mut |s| {
+        if nested {
+            let again = c.retrieve::<Sample>(s.id)?;
+            assert_eq!(again.name, s.name);
+        }
+        names.push(s.name.clone());
+        Ok(())
+    })?;
+    Ok(names)
+}
+
+/// Calls from Tokio's threads answer as from a plain thread: a
+/// multi-threaded runtime's blocking pool, `block_in_place`, one of its
+/// workers directly, and a single-threaded runtime's task; each with a
+/// write, and a read whose callback calls the engine again (for
+/// PostgreSQL, inside the connection's own runtime).
+fn calls_from_inside_runtimes(db: &Db) -> TestResult {
+    let (_, c) = client(db)?;
+    let nested = db.backend != Backend::Sqlite;
+    seed(&c, "rt", 5)?;
+    let want = read_twice(&c, nested, "plain")?;
+    assert_eq!(want.len(), 5);
+    let c = Arc::new(c);
+    let multi = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .build()?;
+    let d = c.clone();
+    let pooled =
+        multi.block_on(multi.spawn_blocking(move || read_twice(&d, nested, "pooled")))??;
+    let d = c.clone();
+    let in_place = multi.block_on(multi.spawn(async move {
+        tokio::task::block_in_place(|| read_twice(&d, nested, "in place"))
+    }))??;
+    let d = c.clone();
+    let on_worker =
+        multi.block_on(multi.spawn(async move { read_twice(&d, nested, "worker") }))??;
+    let single = tokio::runtime::Builder::new_current_thread().build()?;
+    let d = c.clone();
+    let on_single = single.block_on(async move { read_twice(&d, nested, "single") })?;
+    for got in [pooled, in_place, on_worker, on_single] {
+        assert_eq!(got, want);
+    }
     Ok(())
 }
