@@ -211,6 +211,10 @@ fn err_of(client: &Client, e: &tokio_postgres::Error) -> DbError {
     d
 }
 
+/// Rows a read made from a single-threaded runtime's context holds in
+/// flight between the thread that reads them and the caller's.
+const ASIDE_ROWS: usize = 256;
+
 /// How the calling thread may wait for a future of a connection's
 /// single-threaded runtime: `Runtime::block_on` panics on a thread that is
 /// driving a runtime's tasks.
@@ -326,12 +330,15 @@ impl PgConn {
         out: &mut RowFn<'_>,
     ) -> Result<(), QueryError> {
         let stmt = self.prepare(sql)?;
-        // Streamed, the rows reach `out` inside the runtime, on this thread.
-        // Where only another thread may wait (see [`Wait::Aside`]), `out`,
-        // which need not be `Send`, cannot go with it: the rows are read
-        // whole first.
+        // Streamed, the rows reach `out` inside the runtime, on this thread;
+        // where only another thread may wait, from that thread
+        // ([`PgConn::stream_aside`]). A guarded statement (a write's
+        // `RETURNING`) is read whole under its savepoint.
         let wait = wait_here();
-        if guard || wait == Wait::Aside {
+        if wait == Wait::Aside && !guard {
+            return self.stream_aside(&stmt, params, out);
+        }
+        if guard {
             let client = &self.client;
             let rows: Vec<Row> = guarded(&self.rt, client, guard, client.query(&stmt, params))?;
             for row in &rows {
@@ -362,6 +369,53 @@ impl PgConn {
             Ok(Err(e)) => Err(QueryError::Out(e)),
             Err(e) => Err(QueryError::Db(err_of(&self.client, &e))),
         }
+    }
+
+    /// A read made where only another thread may wait ([`Wait::Aside`]):
+    /// a thread of its own reads the rows and hands them over, at most
+    /// [`ASIDE_ROWS`] in flight, and this one gives them to `out`, which
+    /// need not be `Send`. A failing `out` ends the read at the next row.
+    fn stream_aside(
+        &self,
+        stmt: &Statement,
+        params: &[&(dyn ToSql + Sync)],
+        out: &mut RowFn<'_>,
+    ) -> Result<(), QueryError> {
+        let (client, rt) = (&self.client, &self.rt);
+        let (tx, rx) = std::sync::mpsc::sync_channel::<Row>(ASIDE_ROWS);
+        std::thread::scope(|s| {
+            let reader = s.spawn(move || {
+                rt.block_on(async {
+                    let stream = client.query_raw(stmt, params.iter().copied()).await?;
+                    pin_mut!(stream);
+                    while let Some(row) = stream.try_next().await? {
+                        // Blocks this runtime while the rows in flight are
+                        // many: the server then waits on the socket.
+                        if tx.send(row).is_err() {
+                            break;
+                        }
+                    }
+                    Ok::<(), tokio_postgres::Error>(())
+                })
+            });
+            let mut failed = None;
+            for row in rx.iter() {
+                if let Err(e) = out(&PgRow(&row)) {
+                    failed = Some(e);
+                    break;
+                }
+            }
+            // The reader, perhaps waiting for room, sees the end.
+            drop(rx);
+            let read = reader
+                .join()
+                .unwrap_or_else(|p| std::panic::resume_unwind(p));
+            match (failed, read) {
+                (Some(e), _) => Err(QueryError::Out(e)),
+                (None, Err(e)) => Err(QueryError::Db(err_of(client, &e))),
+                (None, Ok(())) => Ok(()),
+            }
+        })
     }
 
     /// Sends `queries` in pipelines of `chunk`, each its own Bind, Execute

@@ -1108,5 +1108,30 @@ fn calls_from_inside_runtimes(db: &Db) -> TestResult {
     for got in [pooled, in_place, on_worker, on_single] {
         assert_eq!(got, want);
     }
+    // A callback that fails part-way, where the rows come from a thread of
+    // their own, with more rows than that thread holds in flight: its error
+    // comes back, and the engine answers as before.
+    let mut more = Batch::new();
+    more.add_all((0..600).map(|i| Sample::new(&format!("more{i}"), i, "2.5")));
+    c.send(&mut more)?;
+    let d = c.clone();
+    let (stopped, after) = single.block_on(async move {
+        let mut seen = 0;
+        let stopped = d.for_each::<Sample>(&Query::all(), &mut |_| {
+            seen += 1;
+            if seen == 2 {
+                return Err(Error::BadInput("stop here".into()));
+            }
+            Ok(())
+        });
+        (stopped.map(|()| seen), read_twice(&d, nested, "after"))
+    });
+    assert!(
+        matches!(&stopped, Err(Error::BadInput(m)) if m == "stop here"),
+        "{stopped:?}"
+    );
+    let after = after?;
+    assert_eq!(after.len(), want.len() + 600);
+    assert_eq!(after[..want.len()], want[..]);
     Ok(())
 }
