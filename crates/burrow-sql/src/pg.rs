@@ -247,9 +247,9 @@ fn wait_here() -> Wait {
 /// Runs `f` on `rt` to its end, on this thread where [`wait_here`] allows
 /// it, else on a short-lived thread of its own while this one waits. A new
 /// thread for every call made from any runtime's context made a by-ID read
-/// from a blocking-pool thread take 140–210 µs, where a plain thread's took
-/// 27–90 µs (local PostgreSQL, 1,000 reads a run); waiting in place, both
-/// take 26–105 µs.
+/// from a blocking-pool thread take 141–209 µs, where a plain thread's took
+/// 27–83 µs (local PostgreSQL, runs of 200 and 1,000 reads); waiting in
+/// place it takes 26–112 µs, as a plain thread's does (29–105 µs).
 fn block<F>(rt: &tokio::runtime::Runtime, f: F) -> F::Output
 where
     F: std::future::Future + Send,
