@@ -263,6 +263,37 @@ where
     }
 }
 
+/// Runs `stmt` and hands each row to `each` while it answers `true`.
+async fn each_row(
+    client: &Client,
+    stmt: &Statement,
+    params: &[&(dyn ToSql + Sync)],
+    mut each: impl FnMut(Row) -> bool,
+) -> Result<(), tokio_postgres::Error> {
+    let stream = client.query_raw(stmt, params.iter().copied()).await?;
+    pin_mut!(stream);
+    while let Some(row) = stream.try_next().await? {
+        if !each(row) {
+            break;
+        }
+    }
+    Ok(())
+}
+
+/// A streamed read's outcome: the row callback's failure first, else the
+/// server's.
+fn ended(
+    client: &Client,
+    failed: Option<Error>,
+    read: Result<(), tokio_postgres::Error>,
+) -> Result<(), QueryError> {
+    match (failed, read) {
+        (Some(e), _) => Err(QueryError::Out(e)),
+        (None, Err(e)) => Err(QueryError::Db(err_of(client, &e))),
+        (None, Ok(())) => Ok(()),
+    }
+}
+
 /// Runs `run` (one statement) under a savepoint when `guard` is set, all
 /// pipelined in one round trip; on failure rolls back to the savepoint, so the
 /// transaction goes on as if the statement had not been sent.
@@ -346,29 +377,25 @@ impl PgConn {
             }
             return Ok(());
         }
-        let (client, rt) = (&self.client, &self.rt);
-        let mut stream = || -> Result<Result<(), Error>, tokio_postgres::Error> {
-            rt.block_on(async {
-                let stream = client.query_raw(&stmt, params.iter().copied()).await?;
-                pin_mut!(stream);
-                while let Some(row) = stream.try_next().await? {
-                    if let Err(e) = out(&PgRow(&row)) {
-                        return Ok(Err(e));
+        let mut failed = None;
+        let mut stream = || {
+            self.rt
+                .block_on(each_row(&self.client, &stmt, params, |row| {
+                    match out(&PgRow(&row)) {
+                        Ok(()) => true,
+                        Err(e) => {
+                            failed = Some(e);
+                            false
+                        }
                     }
-                }
-                Ok(Ok(()))
-            })
+                }))
         };
-        let r = if wait == Wait::InPlace {
+        let read = if wait == Wait::InPlace {
             tokio::task::block_in_place(stream)
         } else {
             stream()
         };
-        match r {
-            Ok(Ok(())) => Ok(()),
-            Ok(Err(e)) => Err(QueryError::Out(e)),
-            Err(e) => Err(QueryError::Db(err_of(&self.client, &e))),
-        }
+        ended(&self.client, failed, read)
     }
 
     /// A read made where only another thread may wait ([`Wait::Aside`]):
@@ -384,19 +411,10 @@ impl PgConn {
         let (client, rt) = (&self.client, &self.rt);
         let (tx, rx) = std::sync::mpsc::sync_channel::<Row>(ASIDE_ROWS);
         std::thread::scope(|s| {
+            // `send` blocks this runtime while the rows in flight are many:
+            // the server then waits on the socket.
             let reader = s.spawn(move || {
-                rt.block_on(async {
-                    let stream = client.query_raw(stmt, params.iter().copied()).await?;
-                    pin_mut!(stream);
-                    while let Some(row) = stream.try_next().await? {
-                        // Blocks this runtime while the rows in flight are
-                        // many: the server then waits on the socket.
-                        if tx.send(row).is_err() {
-                            break;
-                        }
-                    }
-                    Ok::<(), tokio_postgres::Error>(())
-                })
+                rt.block_on(each_row(client, stmt, params, |row| tx.send(row).is_ok()))
             });
             let mut failed = None;
             for row in rx.iter() {
@@ -410,11 +428,7 @@ impl PgConn {
             let read = reader
                 .join()
                 .unwrap_or_else(|p| std::panic::resume_unwind(p));
-            match (failed, read) {
-                (Some(e), _) => Err(QueryError::Out(e)),
-                (None, Err(e)) => Err(QueryError::Db(err_of(client, &e))),
-                (None, Ok(())) => Ok(()),
-            }
+            ended(client, failed, read)
         })
     }
 
