@@ -573,6 +573,32 @@ fn shutdown_closes_idle_connections() {
     assert!(c.closed());
 }
 
+/// A server started, used and dropped by async code (a task that owns it, an
+/// async `main`, a `#[tokio::test]`): it stops as it does elsewhere, where
+/// blocking there, or dropping its runtime there, would make tokio panic.
+#[test]
+fn a_server_dropped_inside_async_code_stops_cleanly() {
+    let used_and_dropped = || {
+        let (server, seen) = server();
+        let mut c = Conn::open(server.local_addr());
+        assert_eq!(c.get("/echo").status, 200);
+        drop(server);
+        assert!(c.closed());
+        seen.calls.load(Ordering::SeqCst)
+    };
+    let multi = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .build()
+        .expect("runtime");
+    let on_worker = multi.block_on(multi.spawn(async move { used_and_dropped() }));
+    assert_eq!(on_worker.expect("no panic"), 1);
+    assert_eq!(multi.block_on(async { used_and_dropped() }), 1);
+    let single = tokio::runtime::Builder::new_current_thread()
+        .build()
+        .expect("runtime");
+    assert_eq!(single.block_on(async { used_and_dropped() }), 1);
+}
+
 /// A body far larger than the socket buffers hold.
 const HUGE: usize = 24 << 20;
 

@@ -117,7 +117,7 @@ impl PgSetup {
     /// Applies the schema and timeout settings to a new connection.
     fn set_up(&self, rt: tokio::runtime::Runtime, client: Client) -> Result<PgConn, DbError> {
         let mut conn = PgConn {
-            rt,
+            rt: ConnRuntime(Some(rt)),
             client,
             stmts: HashMap::new(),
         };
@@ -142,9 +142,38 @@ impl PgSetup {
 
 /// One PostgreSQL connection.
 pub struct PgConn {
-    rt: tokio::runtime::Runtime,
+    rt: ConnRuntime,
     client: Client,
     stmts: HashMap<String, Statement>,
+}
+
+/// A connection's runtime, which may be dropped anywhere: tokio panics when
+/// a runtime is dropped where blocking is not allowed (a task of another
+/// runtime, such as the end of an async `main` that owned the engine), as it
+/// would wait there for the runtime's threads to end.
+struct ConnRuntime(Option<tokio::runtime::Runtime>);
+
+impl std::ops::Deref for ConnRuntime {
+    type Target = tokio::runtime::Runtime;
+
+    fn deref(&self) -> &tokio::runtime::Runtime {
+        self.0
+            .as_ref()
+            .expect("a connection's runtime lives until the connection is dropped")
+    }
+}
+
+impl Drop for ConnRuntime {
+    fn drop(&mut self) {
+        if let Some(rt) = self.0.take() {
+            if wait_here() != Wait::Here {
+                // Its tasks (the connection's socket) are dropped all the
+                // same; only the wait for threads its resolver may have
+                // started is skipped.
+                rt.shutdown_background();
+            }
+        }
+    }
 }
 
 /// Classifies a driver error. `connecting`: failures are the server's absence.

@@ -45,6 +45,7 @@ external!(
     killed_connection_mid_batch,
     record_of_no_fields,
     calls_from_inside_runtimes,
+    engines_dropped_inside_runtimes,
 );
 
 fn client(db: &Db) -> Result<(Arc<SqlEngine>, Database), Box<dyn std::error::Error>> {
@@ -1133,5 +1134,32 @@ fn calls_from_inside_runtimes(db: &Db) -> TestResult {
     let after = after?;
     assert_eq!(after.len(), want.len() + 600);
     assert_eq!(after[..want.len()], want[..]);
+    Ok(())
+}
+
+/// An engine used and dropped inside async code (the end of an async `main`,
+/// a task that owns it): its connections close without a panic, on a worker
+/// of a multi-threaded runtime, in its `block_on`, and in a single-threaded
+/// runtime alike.
+fn engines_dropped_inside_runtimes(db: &Db) -> TestResult {
+    fn use_and_drop((e, c): (Arc<SqlEngine>, Database)) -> burrow_core::Result<usize> {
+        let n = read_twice(&c, false, "dropped")?.len();
+        drop(c);
+        drop(e);
+        Ok(n)
+    }
+    let multi = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .build()?;
+    let opened = client(db)?;
+    assert_eq!(
+        multi.block_on(multi.spawn(async move { use_and_drop(opened) }))??,
+        0
+    );
+    let opened = client(db)?;
+    assert_eq!(multi.block_on(async move { use_and_drop(opened) })?, 0);
+    let single = tokio::runtime::Builder::new_current_thread().build()?;
+    let opened = client(db)?;
+    assert_eq!(single.block_on(async move { use_and_drop(opened) })?, 0);
     Ok(())
 }

@@ -377,7 +377,8 @@ impl<H: Handler> HttpServerBuilder<H> {
     }
 }
 
-/// A running server. Dropping it shuts it down gracefully.
+/// A running server. Dropping it shuts it down gracefully, from async code
+/// too (the wait then runs on a thread of its own).
 pub struct HttpServer<H: Handler> {
     scheme: &'static str,
     core: Arc<Core<H>>,
@@ -511,17 +512,30 @@ impl<H: Handler> HttpServer<H> {
         let Some(rt) = self.runtime.take() else {
             return;
         };
-        let wait = self.core.limits.shutdown_timeout;
-        let deadline = std::time::Instant::now() + wait;
-        if let Some(a) = self.accept.take() {
-            let _ = rt.block_on(async { timeout(wait, a).await });
+        let (core, accept) = (&self.core, self.accept.take());
+        let stop = move || {
+            let wait = core.limits.shutdown_timeout;
+            let deadline = std::time::Instant::now() + wait;
+            if let Some(a) = accept {
+                let _ = rt.block_on(async { timeout(wait, a).await });
+            }
+            while core.connections.load(Ordering::SeqCst) > 0
+                && std::time::Instant::now() < deadline
+            {
+                std::thread::sleep(Duration::from_millis(5));
+            }
+            rt.shutdown_timeout(Duration::from_millis(100));
+        };
+        if tokio::runtime::Handle::try_current().is_ok() {
+            // Inside a runtime (a server dropped by async code), tokio
+            // panics at a `block_on` and at the wait for a runtime's
+            // threads; a thread outside any runtime may wait.
+            std::thread::scope(|s| {
+                s.spawn(stop);
+            });
+        } else {
+            stop();
         }
-        while self.core.connections.load(Ordering::SeqCst) > 0
-            && std::time::Instant::now() < deadline
-        {
-            std::thread::sleep(Duration::from_millis(5));
-        }
-        rt.shutdown_timeout(Duration::from_millis(100));
     }
 }
 
