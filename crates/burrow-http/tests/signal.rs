@@ -1,5 +1,5 @@
 //! A server's `run_until_signal` returns, after a graceful shutdown, when the
-//! process gets SIGTERM. A test binary of its own: the signal is the
+//! process gets SIGTERM, called from async code too. A test binary of its own: the signal is the
 //! process's.
 #![cfg(target_os = "linux")]
 #![allow(missing_docs)]
@@ -59,7 +59,10 @@ fn sigterm_stops_a_server_gracefully() -> Result<(), Box<dyn std::error::Error>>
             .then_some(())
             .ok_or_else(|| "kill failed".into())
     });
-    server.run_until_signal()?;
+    // From async code, as an async `main` would run it: there tokio panics
+    // at a `block_on` unless the server waits on a thread of its own.
+    let outer = tokio::runtime::Builder::new_current_thread().build()?;
+    outer.block_on(async { server.run_until_signal() })?;
     killer.join().map_err(|_| "the killer thread panicked")??;
     // Shut down: the port no longer answers.
     let addr = url

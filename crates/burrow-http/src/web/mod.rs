@@ -484,18 +484,21 @@ impl<H: Handler> HttpServer<H> {
     /// by themselves: follow with [`HttpServer::shutdown`], or use
     /// [`HttpServer::run_until_signal`].
     pub fn wait_for_signal(&self) -> std::io::Result<()> {
-        self.runtime().block_on(async {
-            #[cfg(unix)]
-            {
-                use tokio::signal::unix::{signal, SignalKind};
-                let mut term = signal(SignalKind::terminate())?;
-                tokio::select! {
-                    r = tokio::signal::ctrl_c() => r,
-                    _ = term.recv() => Ok(()),
+        let rt = self.runtime();
+        outside_runtimes(|| {
+            rt.block_on(async {
+                #[cfg(unix)]
+                {
+                    use tokio::signal::unix::{signal, SignalKind};
+                    let mut term = signal(SignalKind::terminate())?;
+                    tokio::select! {
+                        r = tokio::signal::ctrl_c() => r,
+                        _ = term.recv() => Ok(()),
+                    }
                 }
-            }
-            #[cfg(not(unix))]
-            tokio::signal::ctrl_c().await
+                #[cfg(not(unix))]
+                tokio::signal::ctrl_c().await
+            })
         })
     }
 
@@ -526,17 +529,19 @@ impl<H: Handler> HttpServer<H> {
             }
             rt.shutdown_timeout(Duration::from_millis(100));
         };
-        if tokio::runtime::Handle::try_current().is_ok() {
-            // Inside a runtime (a server dropped by async code), tokio
-            // panics at a `block_on` and at the wait for a runtime's
-            // threads; a thread outside any runtime may wait.
-            std::thread::scope(|s| {
-                s.spawn(stop);
-            });
-        } else {
-            stop();
-        }
+        outside_runtimes(stop);
     }
+}
+
+/// Runs `f`, which blocks on a runtime, where it may: on this thread, or,
+/// inside a runtime (a server run or dropped by async code), where tokio
+/// panics at a `block_on` and at the wait for a runtime's threads, on a
+/// thread of its own while this one waits.
+fn outside_runtimes<T: Send>(f: impl FnOnce() -> T + Send) -> T {
+    if tokio::runtime::Handle::try_current().is_err() {
+        return f();
+    }
+    std::thread::scope(|s| s.spawn(f).join()).unwrap_or_else(|p| std::panic::resume_unwind(p))
 }
 
 impl<H: Handler> Drop for HttpServer<H> {
