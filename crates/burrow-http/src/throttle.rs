@@ -14,6 +14,10 @@ use std::net::IpAddr;
 use std::sync::{Condvar, Mutex, PoisonError};
 use std::time::{Duration, Instant};
 
+use sha2::{Digest, Sha256};
+
+use crate::web::AddrKey;
+
 /// Bounds on logins; see the module documentation.
 #[derive(Debug, Clone)]
 pub struct LoginLimits {
@@ -59,8 +63,14 @@ pub(crate) enum Refused {
 
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
 enum Key {
-    User(String),
-    Addr(IpAddr),
+    /// A user name, case folded, by its SHA-256: a name is as long as a
+    /// client makes it (up to a body's limit), and a table of 10,000 long
+    /// names kept for minutes would be a way to fill memory without a login.
+    User([u8; 32]),
+    /// An address, IPv6 by its /64 as connections are counted: a client
+    /// commonly holds a whole /64, and could otherwise fail from each address
+    /// of it in turn.
+    Addr(AddrKey),
     /// Every name and address that did not fit in the table.
     Overflow,
 }
@@ -120,7 +130,15 @@ impl Throttle {
     }
 
     fn keys(user: &str, addr: Option<IpAddr>) -> [Option<Key>; 2] {
-        [Some(Key::User(user.to_lowercase())), addr.map(Key::Addr)]
+        let mut name = Sha256::new();
+        let mut buf = [0u8; 4];
+        for c in user.chars().flat_map(char::to_lowercase) {
+            name.update(c.encode_utf8(&mut buf).as_bytes());
+        }
+        [
+            Some(Key::User(name.finalize().into())),
+            addr.map(|a| Key::Addr(AddrKey::of(a))),
+        ]
     }
 
     /// Whether a login for `user` from `addr` may be tried now.
@@ -296,6 +314,53 @@ mod test {
             t.admit("user49", None),
             Err(Refused::Throttled(_))
         ));
+    }
+
+    #[test]
+    fn long_names_cost_a_digest_and_ipv6_counts_per_64() {
+        let t = Throttle::new(limits());
+        let long = "N".repeat(1 << 20);
+        for _ in 0..3 {
+            t.failed(&long, None);
+        }
+        assert!(matches!(
+            t.admit(&long.to_lowercase(), None),
+            Err(Refused::Throttled(_))
+        ));
+        let kept: usize = t
+            .failures
+            .lock()
+            .unwrap()
+            .map
+            .keys()
+            .map(|k| match k {
+                Key::User(d) => d.len(),
+                _ => 0,
+            })
+            .sum();
+        assert_eq!(kept, 32);
+        // Another address of the same /64 is the same client.
+        let t = Throttle::new(limits());
+        for i in 0..3u16 {
+            t.failed(
+                &format!("u{i}"),
+                Some(IpAddr::from([0x2001, 0xdb8, 0, 1, 0, 0, 0, i])),
+            );
+        }
+        assert!(matches!(
+            t.admit(
+                "fresh",
+                Some(IpAddr::from([0x2001, 0xdb8, 0, 1, 9, 9, 9, 9]))
+            ),
+            Err(Refused::Throttled(_))
+        ));
+        assert_eq!(
+            t.admit(
+                "fresh",
+                Some(IpAddr::from([0x2001, 0xdb8, 0, 2, 0, 0, 0, 1]))
+            ),
+            Ok(())
+        );
     }
 
     #[test]

@@ -560,7 +560,7 @@ pub(crate) enum AddrKey {
 }
 
 impl AddrKey {
-    fn of(addr: IpAddr) -> AddrKey {
+    pub(crate) fn of(addr: IpAddr) -> AddrKey {
         match addr.to_canonical() {
             IpAddr::V4(a) => AddrKey::V4(a.to_bits()),
             IpAddr::V6(a) => AddrKey::V6((a.to_bits() >> 64) as u64),
