@@ -353,6 +353,11 @@ fn tokenize(s: &str) -> Result<Vec<Tok>> {
     let mut toks = Vec::new();
     let mut i = 0;
     while i < b.len() {
+        if toks.len() > MAX_WHERE_TOKENS {
+            return Err(bad(format!(
+                "more than {MAX_WHERE_TOKENS} words and signs in one WHERE clause"
+            )));
+        }
         let c = b[i];
         match c {
             b' ' | b'\t' | b'\r' | b'\n' => i += 1,
@@ -511,6 +516,12 @@ pub const MAX_WHERE_TERMS: usize = 500;
 /// How many values a WHERE clause may bind (an `IN` list counts each of its
 /// values); below every engine's own limit on parameters.
 pub const MAX_WHERE_VALUES: usize = 10_000;
+
+/// Tokens a WHERE clause may hold: a clause within the limits above needs
+/// fewer (two per listed value, a handful per comparison). Counted as the
+/// text is read, so that a long text fails before it is held whole in
+/// tokens many times its size.
+const MAX_WHERE_TOKENS: usize = 3 * MAX_WHERE_VALUES + 16 * MAX_WHERE_TERMS;
 
 struct Parser<'a> {
     table: &'a Table,
@@ -826,6 +837,12 @@ mod test {
         assert!(e.to_string().contains("values"), "{e}");
         let e = Filter::parse(&T, "lower(Name) = 'x'", &[]).unwrap_err();
         assert!(e.to_string().contains("functions are not supported"), "{e}");
+        // A text far past every limit fails while it is read, not once it
+        // is held whole in tokens many times its size.
+        for text in ["(".repeat(1 << 20), ",".repeat(1 << 20)] {
+            let e = Filter::parse(&T, &text, &[]).unwrap_err();
+            assert!(e.to_string().contains("words and signs"), "{e}");
+        }
         Ok(())
     }
 

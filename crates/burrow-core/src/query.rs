@@ -104,25 +104,30 @@ impl Select {
         limit: Option<u64>,
         offset: u64,
     ) -> Result<Select> {
-        let filter = Filter::parse(table, where_text, params)?;
-        let order = order
-            .iter()
-            .map(|(name, desc)| {
-                table
-                    .column(name)
-                    .map(|c| (c, *desc))
-                    .ok_or_else(|| Error::UnknownField {
-                        table: table.name,
-                        field: name.clone(),
-                    })
-            })
-            .collect::<Result<_>>()?;
-        Ok(Select {
-            filter,
-            order,
+        let mut select = Select {
+            filter: Filter::parse(table, where_text, params)?,
+            order: Vec::new(),
             limit,
             offset,
-        })
+        };
+        for (name, desc) in order {
+            let c = table.column(name).ok_or_else(|| Error::UnknownField {
+                table: table.name,
+                field: name.clone(),
+            })?;
+            select.then_by(c, *desc);
+        }
+        Ok(select)
+    }
+
+    /// Sorts next by `c` (descending when `desc`), unless that cannot change
+    /// the order: a column already sorted on, or any key after the ID, which
+    /// is unique. The sort list then holds at most one key per column, however
+    /// many a request named, and orders rows as the whole list would.
+    pub fn then_by(&mut self, c: Column, desc: bool) {
+        if !self.order.iter().any(|&(o, _)| o == c || o == Column::Id) {
+            self.order.push((c, desc));
+        }
     }
 
     /// Every row, in no particular order.

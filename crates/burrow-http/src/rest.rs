@@ -585,22 +585,25 @@ fn projection_of(
 ) -> std::result::Result<Vec<Column>, Response> {
     match select.as_deref().map(str::trim) {
         None | Some("") | Some("*") => Ok(all_columns(t)),
-        Some(list) => list
-            .split(',')
-            .map(|name| {
-                let name = name.trim();
+        Some(list) => {
+            let mut cols = Vec::new();
+            for name in list.split(',').map(str::trim) {
                 if name == "*" {
-                    return Ok(all_columns(t));
+                    for c in all_columns(t) {
+                        sql::push_once(t, &mut cols, c).map_err(err)?;
+                    }
+                    continue;
                 }
-                t.column(name).map(|c| vec![c]).ok_or_else(|| {
+                let c = t.column(name).ok_or_else(|| {
                     err(Error::UnknownField {
                         table: t.name,
                         field: name.to_owned(),
                     })
-                })
-            })
-            .collect::<std::result::Result<Vec<_>, _>>()
-            .map(|v| v.concat()),
+                })?;
+                sql::push_once(t, &mut cols, c).map_err(err)?;
+            }
+            Ok(cols)
+        }
     }
 }
 
@@ -628,7 +631,7 @@ fn list(sh: &Ctx<'_>, req: &RestRequest, who: Principal, t: &'static Table) -> O
                     field: name.to_owned(),
                 })
             })?;
-            select.order.push((c, desc));
+            select.then_by(c, desc);
         }
     }
     let num = |name: &str| -> std::result::Result<Option<u64>, Response> {
@@ -662,9 +665,6 @@ fn write_list(
 ) -> Outcome {
     let first = first_page_rows(sh.list_piece_bytes);
     let large = select.limit.is_none_or(|n| n > first);
-    if large {
-        off_loop()?;
-    }
     // Read by ascending (or descending) ID, a page at a time: each page
     // starts past the last ID of the one before, so a row that exists
     // throughout shows exactly once, whatever is written meanwhile. A
@@ -675,6 +675,12 @@ fn write_list(
         [(Column::Id, desc)] => Some(*desc),
         _ => None,
     };
+    // A WHERE or a sort on another column may read the whole table for a
+    // few rows: off the event loop, as a long list is, so that it cannot
+    // stall other connections.
+    if large || by_id.is_none() || select.filter.expr.is_some() {
+        off_loop()?;
+    }
     if let (true, Some(desc), None) = (large, by_id, sh.tx) {
         return stream_list(sh, req, t, cols, select, desc);
     }
@@ -861,7 +867,18 @@ impl BodyStream for ListPages {
     }
 }
 
+/// The longest SELECT taken as a body: room for a WHERE of the most values
+/// one takes ([`burrow_core::filter::MAX_WHERE_VALUES`]), while what a body
+/// grows to as it is parsed stays a few times its size.
+const MAX_SQL_BYTES: usize = 1 << 20;
+
 fn sql_select(sh: &Ctx<'_>, req: &RestRequest, who: Principal) -> Outcome {
+    if req.body.len() > MAX_SQL_BYTES {
+        return Err(Response::error(
+            413,
+            &format!("a SELECT is at most {} KiB", MAX_SQL_BYTES / 1024),
+        ));
+    }
     let text = std::str::from_utf8(&req.body).map_err(|_| bad("the SQL is not valid UTF-8"))?;
     if text.trim().is_empty() {
         return Err(bad("GET on the root takes a SELECT statement as its body"));

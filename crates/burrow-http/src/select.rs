@@ -121,6 +121,10 @@ pub(crate) struct Tail {
     pub offset: Option<u64>,
 }
 
+/// Words after a WHERE clause: an ORDER BY of SQLite's most columns (2,000),
+/// each with a direction and a comma, and a LIMIT and OFFSET.
+const MAX_TAIL_WORDS: usize = 6_010;
+
 /// Splits `text` into its WHERE part and its ORDER BY / LIMIT / OFFSET part.
 pub(crate) fn split_tail(text: &str) -> Result<Tail, SqlError> {
     let text = text.trim();
@@ -143,15 +147,16 @@ pub(crate) fn split_tail(text: &str) -> Result<Tail, SqlError> {
         where_text: where_text.to_owned(),
         ..Tail::default()
     };
-    let rest = text[cut..].trim();
-    let toks: Vec<String> = rest
-        .replace(',', " , ")
-        .split_whitespace()
-        .map(str::to_owned)
-        .collect();
+    let rest = text[cut..].trim().replace(',', " , ");
+    let toks: Vec<&str> = rest.split_whitespace().take(MAX_TAIL_WORDS + 1).collect();
+    if toks.len() > MAX_TAIL_WORDS {
+        return Err(unsupported(format!(
+            "ORDER BY, LIMIT and OFFSET take at most {MAX_TAIL_WORDS} words"
+        )));
+    }
     let mut i = 0;
     let kw = |i: usize, k: &str| toks.get(i).is_some_and(|t| t.eq_ignore_ascii_case(k));
-    let number = |t: Option<&String>| -> Result<u64, SqlError> {
+    let number = |t: Option<&&str>| -> Result<u64, SqlError> {
         t.and_then(|t| t.parse().ok())
             .ok_or_else(|| unsupported("LIMIT and OFFSET take a non-negative integer"))
     };
@@ -163,7 +168,7 @@ pub(crate) fn split_tail(text: &str) -> Result<Tail, SqlError> {
         loop {
             let col = toks
                 .get(i)
-                .filter(|t| *t != ",")
+                .filter(|t| **t != ",")
                 .ok_or_else(|| unsupported("expected a column after ORDER BY"))?;
             i += 1;
             let mut desc = false;
@@ -174,7 +179,7 @@ pub(crate) fn split_tail(text: &str) -> Result<Tail, SqlError> {
                 i += 1;
             }
             tail.order.push((unquote(col).to_owned(), desc));
-            if toks.get(i).is_some_and(|t| t == ",") {
+            if toks.get(i).is_some_and(|t| *t == ",") {
                 i += 1;
             } else {
                 break;
@@ -329,8 +334,10 @@ fn projection(table: &'static Table, text: &str) -> Result<Projection, SqlError>
     for item in text.split(',') {
         let item = item.trim();
         if item == "*" {
-            cols.push(Column::Id);
-            cols.extend((0..table.fields.len()).map(Column::Field));
+            push_once(table, &mut cols, Column::Id)?;
+            for f in 0..table.fields.len() {
+                push_once(table, &mut cols, Column::Field(f))?;
+            }
             continue;
         }
         let name = unquote(item);
@@ -344,12 +351,27 @@ fn projection(table: &'static Table, text: &str) -> Result<Projection, SqlError>
                 "{item:?}: a SELECT lists columns, * or count(*)"
             )));
         }
-        cols.push(table.column(name).ok_or_else(|| Error::UnknownField {
+        let c = table.column(name).ok_or_else(|| Error::UnknownField {
             table: table.name,
             field: name.to_owned(),
-        })?);
+        })?;
+        push_once(table, &mut cols, c)?;
     }
     Ok(Projection::Columns(cols))
+}
+
+/// Appends `c` to a list's columns, unless it is there already (`*,*`
+/// included): a list holds at most one value per column and row, however
+/// long the request that named them, and stops at the first repeat.
+pub(crate) fn push_once(table: &Table, cols: &mut Vec<Column>, c: Column) -> Result<(), Error> {
+    if cols.contains(&c) {
+        return Err(Error::BadInput(format!(
+            "column {} is listed twice",
+            table.column_name(c)
+        )));
+    }
+    cols.push(c);
+    Ok(())
 }
 
 #[cfg(test)]
@@ -380,6 +402,34 @@ mod test {
         assert_eq!(split_tail("where ID=1")?.where_text, "ID=1");
         assert!(split_tail("ID=1 limit x").is_err());
         assert!(split_tail("ID=1 group by ID").is_err());
+        Ok(())
+    }
+
+    /// What a request names more than once costs nothing more: a repeated
+    /// column is refused at the first repeat, a repeated sort key (or one
+    /// after the ID) is dropped, and a tail too long to be a sort is refused
+    /// before it is split into words.
+    #[test]
+    fn repeats_are_bounded() -> Result<(), SqlError> {
+        let m = model();
+        for sql in [
+            "SELECT *,* FROM Sample",
+            "SELECT LastName, ID, lastname FROM Sample",
+        ] {
+            let e = parse_select(&m, sql).expect_err(sql);
+            assert!(format!("{e:?}").contains("listed twice"), "{sql}: {e:?}");
+        }
+        let s = parse_select(
+            &m,
+            "SELECT ID FROM Sample ORDER BY LastName, LastName DESC, ID, LastName",
+        )?;
+        assert_eq!(
+            s.select.order,
+            vec![(Column::Field(0), false), (Column::Id, false)]
+        );
+        let long = format!("SELECT ID FROM Sample ORDER BY ID{}", ",".repeat(1 << 20));
+        let e = parse_select(&m, &long).expect_err("a long tail");
+        assert!(format!("{e:?}").contains("at most"), "{e:?}");
         Ok(())
     }
 

@@ -314,6 +314,52 @@ fn oversized_where_clauses_get_400_naming_the_bound() -> TestResult {
     Ok(())
 }
 
+/// Requests that name columns or sort keys over and over, or send a SELECT
+/// past its bound, cost no more than their first mention: a repeated column
+/// is a 400, a repeated sort key changes nothing, a huge SELECT is a 413.
+#[test]
+fn repeated_columns_and_sort_keys_are_bounded() -> TestResult {
+    let (server, _, _) = open_server();
+    let addr = server.local_addr();
+    let db = remote(&server);
+    for i in 0..3 {
+        db.add(&mut sample(i))?;
+    }
+    let stars = vec!["*"; 5_000].join(",");
+    for (path, body) in [
+        (format!("/root/Sample?select={stars}&results=10"), vec![]),
+        (
+            "/root".into(),
+            format!("SELECT {stars} FROM Sample LIMIT 1").into_bytes(),
+        ),
+        ("/root/Sample?select=ID,FirstName,ID".into(), vec![]),
+    ] {
+        let r = raw(addr, "GET", &path, "", &body);
+        assert_error(&r, 400);
+        assert!(r.text().contains("listed twice"), "{}", r.text());
+    }
+    let keys = vec!["FirstName"; 1_000].join(",");
+    let once = raw(
+        addr,
+        "GET",
+        "/root/Sample?select=ID&sort=FirstName",
+        "",
+        b"",
+    );
+    let many = raw(
+        addr,
+        "GET",
+        &format!("/root/Sample?select=ID&sort={keys}"),
+        "",
+        b"",
+    );
+    assert_eq!((once.status, many.status), (200, 200), "{}", many.text());
+    assert_eq!(once.body, many.body);
+    let huge = format!("SELECT ID FROM Sample WHERE {}", "ID=1 OR ".repeat(200_000));
+    assert_error(&raw(addr, "GET", "/root", "", huge.as_bytes()), 413);
+    Ok(())
+}
+
 #[test]
 fn pipelined_requests_are_answered_in_order() -> TestResult {
     let (server, _, _) = open_server();
