@@ -168,6 +168,29 @@ struct Token {
     expires: Option<Instant>,
 }
 
+/// Bearer tokens by their SHA-256, and the size at which an issue next
+/// drops the expired ones.
+#[derive(Default)]
+struct Tokens {
+    map: HashMap<[u8; 32], Token>,
+    prune_at: usize,
+}
+
+impl Tokens {
+    /// Adds an issued token, first dropping the expired ones once the table
+    /// has doubled since they were last dropped: a scan at every login,
+    /// under the lock every request's authentication takes, grew with every
+    /// token still held (up to an hour of logins). Expired tokens left
+    /// meanwhile are refused all the same, and at most double the table.
+    fn issue(&mut self, hash: [u8; 32], token: Token, now: Instant) {
+        if self.map.len() >= self.prune_at {
+            self.map.retain(|_, t| t.expires.is_none_or(|e| e > now));
+            self.prune_at = (2 * self.map.len()).max(1024);
+        }
+        self.map.insert(hash, token);
+    }
+}
+
 /// Who made a request.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum Principal {
@@ -201,7 +224,7 @@ impl From<Refused> for Denied {
 pub struct Auth {
     groups: Vec<Group>,
     users: Vec<User>,
-    tokens: Mutex<HashMap<[u8; 32], Token>>,
+    tokens: Mutex<Tokens>,
     sessions: Mutex<HashMap<u32, Session>>,
     /// The logins already answered (their proof's hash), until their
     /// server nonce expires.
@@ -511,7 +534,7 @@ impl Auth {
         Auth {
             groups: Vec::new(),
             users: Vec::new(),
-            tokens: Mutex::new(HashMap::new()),
+            tokens: Mutex::new(Tokens::default()),
             sessions: Mutex::new(HashMap::new()),
             used_logins: Mutex::new(UsedLogins::default()),
             signature: UriSignature::default(),
@@ -564,6 +587,7 @@ impl Auth {
         self.tokens
             .lock()
             .unwrap_or_else(PoisonError::into_inner)
+            .map
             .insert(
                 sha256(token.as_bytes()),
                 Token {
@@ -808,16 +832,18 @@ impl Auth {
         let mut rnd = [0u8; 32];
         crate::auth::random(&mut rnd);
         let token = hex(&rnd);
-        let mut tokens = self.tokens.lock().unwrap_or_else(PoisonError::into_inner);
         let now = Instant::now();
-        tokens.retain(|_, t| t.expires.is_none_or(|e| e > now));
-        tokens.insert(
-            sha256(token.as_bytes()),
-            Token {
-                user: u,
-                expires: Some(now + self.session_ttl),
-            },
-        );
+        self.tokens
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .issue(
+                sha256(token.as_bytes()),
+                Token {
+                    user: u,
+                    expires: Some(now + self.session_ttl),
+                },
+                now,
+            );
         Ok(token)
     }
 
@@ -847,6 +873,7 @@ impl Auth {
             }
             let mut tokens = self.tokens.lock().unwrap_or_else(PoisonError::into_inner);
             let t = tokens
+                .map
                 .get_mut(&sha256(token.as_bytes()))
                 .filter(|t| t.expires.is_none_or(|e| e > now))
                 .ok_or(Denied::Unauthenticated("invalid or expired bearer token"))?;
@@ -910,6 +937,44 @@ impl Auth {
 mod test {
     use super::*;
     use argon2::password_hash::PasswordVerifier;
+
+    /// Expired tokens are dropped once the table has doubled, not at every
+    /// issue: the table stays within twice the live tokens (and 1,024), and
+    /// an issue scans it only that often.
+    #[test]
+    fn expired_tokens_are_dropped_as_the_table_doubles() {
+        let now = Instant::now();
+        let mut tokens = Tokens::default();
+        let token = |expires| Token { user: 0, expires };
+        let mut scans = 0;
+        for i in 0..10_000u32 {
+            let before = tokens.map.len();
+            let mut hash = [0u8; 32];
+            hash[..4].copy_from_slice(&i.to_le_bytes());
+            // Every other token has expired already.
+            let expires = if i % 2 == 0 {
+                now
+            } else {
+                now + Duration::from_secs(60)
+            };
+            tokens.issue(hash, token(Some(expires)), now);
+            // A scan drops expired tokens: the table does not grow.
+            scans += usize::from(tokens.map.len() <= before);
+            let live = tokens
+                .map
+                .values()
+                .filter(|t| t.expires > Some(now))
+                .count();
+            assert!(tokens.map.len() <= (2 * live).max(1024) + 1, "{i}");
+        }
+        assert!(scans < 20, "{scans} scans for 10,000 issues");
+        let live = tokens
+            .map
+            .values()
+            .filter(|t| t.expires > Some(now))
+            .count();
+        assert_eq!(live, 5_000);
+    }
 
     #[test]
     fn an_unknown_name_costs_a_password_check() {
