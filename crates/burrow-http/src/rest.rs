@@ -245,12 +245,6 @@ fn dialect(req: &RestRequest) -> JsonDialect {
     }
 }
 
-fn all_columns(table: &Table) -> Vec<Column> {
-    std::iter::once(Column::Id)
-        .chain((0..table.fields.len()).map(Column::Field))
-        .collect()
-}
-
 fn parse_id(s: &str) -> std::result::Result<i64, Response> {
     s.parse::<i64>()
         .ok()
@@ -453,7 +447,7 @@ fn retrieve(
     let in_tx = sh.tx.is_some();
     check(sh, who, t, |r| r.read)?;
     let d = dialect(req);
-    let cols = all_columns(t);
+    let cols: Vec<Column> = sql::columns_of(t).collect();
     let mut body = Vec::with_capacity(64 + 24 * cols.len());
     if !in_tx {
         if let Some(row) = sh.cache.get(t, id) {
@@ -584,12 +578,12 @@ fn projection_of(
     select: Option<std::borrow::Cow<'_, str>>,
 ) -> std::result::Result<Vec<Column>, Response> {
     match select.as_deref().map(str::trim) {
-        None | Some("") | Some("*") => Ok(all_columns(t)),
+        None | Some("") | Some("*") => Ok(sql::columns_of(t).collect()),
         Some(list) => {
             let mut cols = Vec::new();
             for name in list.split(',').map(str::trim) {
                 if name == "*" {
-                    for c in all_columns(t) {
+                    for c in sql::columns_of(t) {
                         sql::push_once(t, &mut cols, c).map_err(err)?;
                     }
                     continue;

@@ -334,9 +334,8 @@ fn projection(table: &'static Table, text: &str) -> Result<Projection, SqlError>
     for item in text.split(',') {
         let item = item.trim();
         if item == "*" {
-            push_once(table, &mut cols, Column::Id)?;
-            for f in 0..table.fields.len() {
-                push_once(table, &mut cols, Column::Field(f))?;
+            for c in columns_of(table) {
+                push_once(table, &mut cols, c)?;
             }
             continue;
         }
@@ -358,6 +357,11 @@ fn projection(table: &'static Table, text: &str) -> Result<Projection, SqlError>
         push_once(table, &mut cols, c)?;
     }
     Ok(Projection::Columns(cols))
+}
+
+/// Every column of `table`, as `*` names them: the ID, then the fields.
+pub(crate) fn columns_of(table: &Table) -> impl Iterator<Item = Column> {
+    std::iter::once(Column::Id).chain((0..table.fields.len()).map(Column::Field))
 }
 
 /// Appends `c` to a list's columns, unless it is there already (`*,*`
