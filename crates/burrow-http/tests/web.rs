@@ -66,6 +66,12 @@ impl Handler for Echo {
                 tokio::time::sleep(Duration::from_millis(50)).await;
                 Response::text("slow")
             }
+            ("GET", "/thread") => Response::text(format!("{:?}", std::thread::current().id())),
+            ("GET", "/block") => {
+                // Blocking work done the way the core's documentation asks.
+                tokio::task::block_in_place(|| std::thread::sleep(Duration::from_millis(600)));
+                Response::text("blocked")
+            }
             ("GET", "/panic") => panic!("a handler bug"),
             ("GET" | "HEAD", "/big") => Response::text(vec![b'x'; 10_000]),
             ("GET", "/huge") => Response::text(vec![b'x'; HUGE]),
@@ -788,4 +794,43 @@ fn a_connection_polling_for_its_next_request_holds_up_no_other_one() {
     server.shutdown();
     assert!(t.elapsed() < spin / 3, "shutdown took {:?}", t.elapsed());
     assert!(a.closed());
+}
+
+#[test]
+fn connections_are_spread_over_the_event_loops_and_stay_on_theirs() {
+    let (server, _) = server();
+    // Two loops: each new connection goes to the one serving fewer, so
+    // these four alternate between them.
+    let mut conns: Vec<Conn> = (0..4).map(|_| Conn::open(server.local_addr())).collect();
+    let threads: Vec<String> = conns.iter_mut().map(|c| c.get("/thread").text()).collect();
+    assert_ne!(threads[0], threads[1]);
+    assert_eq!(threads[0], threads[2]);
+    assert_eq!(threads[1], threads[3]);
+    // A connection's requests are all served on its loop.
+    for _ in 0..5 {
+        for (c, t) in conns.iter_mut().zip(&threads) {
+            assert_eq!(&c.get("/thread").text(), t);
+        }
+    }
+    // Work that blocks its thread through `block_in_place` leaves the loop
+    // to the other connections on it.
+    conns[0].send(b"GET /block HTTP/1.1\r\nHost: t\r\n\r\n");
+    std::thread::sleep(Duration::from_millis(100));
+    let t = Instant::now();
+    assert_eq!(conns[2].get("/echo?v=1").text(), "7 1 ");
+    assert!(
+        t.elapsed() < Duration::from_millis(400),
+        "waited {:?}",
+        t.elapsed()
+    );
+    assert_eq!(conns[0].read().expect("a response").text(), "blocked");
+    // Once the first loop's two connections close, a new one goes there,
+    // not to the other loop (whose thread never blocked, so is the same).
+    drop(conns.remove(2));
+    drop(conns.remove(0));
+    eventually("both connections closed", || server.connections() == 2);
+    let mut c = Conn::open(server.local_addr());
+    assert_ne!(c.get("/thread").text(), threads[1]);
+    assert_eq!(conns[0].get("/thread").text(), threads[1]);
+    server.shutdown();
 }

@@ -212,6 +212,7 @@ pub(crate) async fn serve<H: Handler>(
     core: &Core<H>,
     mut stream: impl Stream,
     peer: Option<IpAddr>,
+    loop_load: &AtomicUsize,
     mut stop: watch::Receiver<bool>,
 ) {
     let limits = &core.limits;
@@ -288,9 +289,7 @@ pub(crate) async fn serve<H: Handler>(
                     if core.stopping.load(Ordering::SeqCst) {
                         break 'conn;
                     }
-                    let soon = if core.connections.load(Ordering::Relaxed) <= core.spin_connections
-                        && spin.try_now()
-                    {
+                    let soon = if loop_load.load(Ordering::Relaxed) <= 1 && spin.try_now() {
                         let got =
                             read_soon(&mut stream, &mut buf, spin.budget, &core.stopping).await;
                         spin.seen(got.is_some());

@@ -62,9 +62,17 @@
 //! - **Shutdown** ([`HttpServer::shutdown`], or drop): stop accepting, let
 //!   requests in flight finish (at most [`Limits::shutdown_timeout`]), close
 //!   idle connections, then every connection.
-//! - **Threads**: a multi-threaded tokio runtime, one worker per core unless
-//!   [`HttpServerBuilder::threads`] says otherwise; [`HttpServer::runtime`]
-//!   lets an application start its own tasks (database connections…) on it.
+//! - **Threads**: one event loop per core unless
+//!   [`HttpServerBuilder::threads`] says otherwise, each a tokio runtime of
+//!   one worker thread. The accept loop gives each new connection to the
+//!   loop serving the fewest, and the connection stays there: no request
+//!   waits for a task to be stolen by, or a wake-up of, another thread, and
+//!   a loop's only connection finds it awake for its next request (see
+//!   [`Limits::spin_wait`]). Work that blocks still leaves the loop free:
+//!   each runtime is tokio's multi-threaded kind, so
+//!   `tokio::task::block_in_place` hands the loop to another thread.
+//!   [`HttpServer::runtime`] lets an application start its own tasks
+//!   (database connections…) on the first loop.
 //! - A panicking handler: its client gets a 500 and the connection closes.
 //!
 //! # What the handler owns
@@ -187,15 +195,15 @@ pub struct Limits {
     /// How long a graceful shutdown waits for requests in flight.
     pub shutdown_timeout: Duration,
     /// How long a connection just answered polls for its next request
-    /// before its thread sleeps (zero never polls), while the server has no
-    /// more connections open than event-loop threads. A client that sends
+    /// before its thread sleeps (zero never polls), while it is the only
+    /// connection of its event loop. A client that sends
     /// its next call as soon as it has the answer then finds the server
     /// awake: on loopback a sleeping thread's wake-up is most of a small
     /// call's round trip. Polling yields to every other connection's work
     /// between looks, and a connection whose requests keep coming later than
     /// this stops polling (and tries now and then whether they come quickly
-    /// again); with more connections than threads there is other work to
-    /// do, and nobody polls.
+    /// again); a loop with more connections has other work to do, and
+    /// nobody on it polls.
     pub spin_wait: Duration,
 }
 
@@ -235,9 +243,10 @@ pub(crate) struct Core<H> {
     /// Set when shutdown begins: connections close after their current
     /// request.
     pub stopping: AtomicBool,
-    /// Connections open at most for a connection to poll for its next
-    /// request (see [`Limits::spin_wait`]): the event-loop threads.
-    pub spin_connections: usize,
+    /// Connections open on each event loop: a new one goes to the loop
+    /// with the fewest, and one alone on its loop polls for its next request
+    /// (see [`Limits::spin_wait`]).
+    pub loads: Box<[AtomicUsize]>,
 }
 
 #[cfg(feature = "tls")]
@@ -267,7 +276,7 @@ impl<H: Handler> HttpServerBuilder<H> {
         self
     }
 
-    /// Event-loop threads (default: one per core).
+    /// Event loops, each a thread of its own (default: one per core).
     pub fn threads(mut self, n: usize) -> Self {
         self.threads = n.max(1);
         self
@@ -324,15 +333,22 @@ impl<H: Handler> HttpServerBuilder<H> {
         let addr = addr.to_socket_addrs()?.next().ok_or_else(|| {
             burrow_core::Error::BadInput("the address to bind resolves to nothing".into())
         })?;
-        let mut rt = tokio::runtime::Builder::new_multi_thread();
-        rt.worker_threads(self.threads)
-            .thread_name("burrow-http")
-            .enable_io()
-            .enable_time();
-        if let Some(f) = self.on_thread_start.clone() {
-            rt.on_thread_start(move || f());
-        }
-        let runtime = rt.build()?;
+        let loops = (0..self.threads)
+            .map(|_| {
+                // Multi-threaded with one worker, not current-thread: a
+                // handler's `block_in_place` hands the loop to another
+                // thread instead of stalling its connections.
+                let mut rt = tokio::runtime::Builder::new_multi_thread();
+                rt.worker_threads(1)
+                    .thread_name("burrow-http")
+                    .enable_io()
+                    .enable_time();
+                if let Some(f) = self.on_thread_start.clone() {
+                    rt.on_thread_start(move || f());
+                }
+                rt.build()
+            })
+            .collect::<std::io::Result<Vec<_>>>()?;
         let core = Arc::new(Core {
             handler: self.handler,
             limits: self.limits,
@@ -342,11 +358,11 @@ impl<H: Handler> HttpServerBuilder<H> {
             body_bytes: AtomicUsize::new(0),
             peak_output: AtomicUsize::new(0),
             stopping: AtomicBool::new(false),
-            spin_connections: self.threads,
+            loads: (0..self.threads).map(|_| AtomicUsize::new(0)).collect(),
         });
         let (stop_tx, stop_rx) = watch::channel(false);
         let listener = {
-            let _g = runtime.enter();
+            let _g = loops[0].enter();
             let socket = if addr.is_ipv4() {
                 TcpSocket::new_v4()?
             } else {
@@ -365,11 +381,12 @@ impl<H: Handler> HttpServerBuilder<H> {
         };
         let local = listener.local_addr()?;
         let scheme = if tls.is_some() { "https" } else { "http" };
-        let accept = runtime.spawn(accept_loop(core.clone(), listener, tls, stop_rx));
+        let handles = loops.iter().map(|rt| rt.handle().clone()).collect();
+        let accept = loops[0].spawn(accept_loop(core.clone(), listener, handles, tls, stop_rx));
         Ok(HttpServer {
             scheme,
             core,
-            runtime: Some(runtime),
+            loops,
             stop: stop_tx,
             accept: Some(accept),
             local,
@@ -382,7 +399,8 @@ impl<H: Handler> HttpServerBuilder<H> {
 pub struct HttpServer<H: Handler> {
     scheme: &'static str,
     core: Arc<Core<H>>,
-    runtime: Option<tokio::runtime::Runtime>,
+    /// The event loops' runtimes; empty once stopped.
+    loops: Vec<tokio::runtime::Runtime>,
     stop: watch::Sender<bool>,
     accept: Option<tokio::task::JoinHandle<()>>,
     local: SocketAddr,
@@ -463,13 +481,13 @@ impl<H: Handler> HttpServer<H> {
         self.core.peak_output.load(Ordering::SeqCst)
     }
 
-    /// The runtime connections run on, to start an application's own tasks
+    /// The first event loop's runtime, to start an application's own tasks
     /// there.
     pub fn runtime(&self) -> &tokio::runtime::Handle {
-        self.runtime
-            .as_ref()
+        self.loops
+            .first()
             .map(tokio::runtime::Runtime::handle)
-            .expect("the runtime lives until shutdown, which consumes the server")
+            .expect("the loops live until shutdown, which consumes the server")
     }
 
     /// Stops accepting, lets requests in flight finish (up to
@@ -512,22 +530,25 @@ impl<H: Handler> HttpServer<H> {
     fn stop_now(&mut self) {
         self.core.stopping.store(true, Ordering::SeqCst);
         let _ = self.stop.send(true);
-        let Some(rt) = self.runtime.take() else {
+        if self.loops.is_empty() {
             return;
-        };
+        }
+        let loops = std::mem::take(&mut self.loops);
         let (core, accept) = (&self.core, self.accept.take());
         let stop = move || {
             let wait = core.limits.shutdown_timeout;
             let deadline = std::time::Instant::now() + wait;
             if let Some(a) = accept {
-                let _ = rt.block_on(async { timeout(wait, a).await });
+                let _ = loops[0].block_on(async { timeout(wait, a).await });
             }
             while core.connections.load(Ordering::SeqCst) > 0
                 && std::time::Instant::now() < deadline
             {
                 std::thread::sleep(Duration::from_millis(5));
             }
-            rt.shutdown_timeout(Duration::from_millis(100));
+            for rt in loops {
+                rt.shutdown_timeout(Duration::from_millis(100));
+            }
         };
         outside_runtimes(stop);
     }
@@ -600,16 +621,34 @@ impl<H: Handler> Core<H> {
 }
 
 /// Counts a connection while it lives, whatever ends it (a panic too): in
-/// all, and against its address when it took one of its address's slots.
+/// all, against its address when it took one of its address's slots, and
+/// against its event loop once it has one.
 struct Counted<H: Handler> {
     core: Arc<Core<H>>,
     addr: Option<AddrKey>,
+    lane: Option<usize>,
+}
+
+impl<H: Handler> Counted<H> {
+    /// Places the connection on the event loop serving the fewest.
+    fn place(&mut self) -> usize {
+        let loads = &self.core.loads;
+        let lane = (0..loads.len())
+            .min_by_key(|&i| loads[i].load(Ordering::Relaxed))
+            .unwrap_or(0);
+        loads[lane].fetch_add(1, Ordering::Relaxed);
+        self.lane = Some(lane);
+        lane
+    }
 }
 
 impl<H: Handler> Drop for Counted<H> {
     fn drop(&mut self) {
         if let Some(key) = self.addr {
             self.core.release_address_slot(key);
+        }
+        if let Some(lane) = self.lane {
+            self.core.loads[lane].fetch_sub(1, Ordering::Relaxed);
         }
         self.core.connections.fetch_sub(1, Ordering::SeqCst);
     }
@@ -618,6 +657,7 @@ impl<H: Handler> Drop for Counted<H> {
 async fn accept_loop<H: Handler>(
     core: Arc<Core<H>>,
     listener: TcpListener,
+    loops: Vec<tokio::runtime::Handle>,
     tls: Option<Tls>,
     mut stop: watch::Receiver<bool>,
 ) {
@@ -640,6 +680,7 @@ async fn accept_loop<H: Handler>(
         let mut counted = Counted {
             core: core.clone(),
             addr: None,
+            lane: None,
         };
         let refused = if n >= core.limits.max_connections {
             Some("too many connections")
@@ -670,18 +711,26 @@ async fn accept_loop<H: Handler>(
             // connections means no time for one.
             continue;
         }
+        let lane = counted.place();
+        // Out of the accepting loop's poller, into that of the loop it goes
+        // to: two calls per connection, none per request.
+        let stream = stream.into_std();
         let stop = stop.clone();
         let tls = tls.clone();
-        tokio::spawn(async move {
+        loops[lane].spawn(async move {
             let core = &counted.core;
+            let loads = &core.loads[lane];
+            let Ok(stream) = stream.and_then(tokio::net::TcpStream::try_from) else {
+                return;
+            };
             match tls {
-                None => conn::serve(core, stream, Some(peer.ip()), stop).await,
+                None => conn::serve(core, stream, Some(peer.ip()), loads, stop).await,
                 #[cfg(feature = "tls")]
                 Some(acceptor) => {
                     // The handshake gets the time a request would.
                     let hs = timeout(core.limits.request_timeout, acceptor.accept(stream)).await;
                     if let Ok(Ok(tls_stream)) = hs {
-                        conn::serve(core, tls_stream, Some(peer.ip()), stop).await;
+                        conn::serve(core, tls_stream, Some(peer.ip()), loads, stop).await;
                     }
                 }
                 #[cfg(not(feature = "tls"))]
