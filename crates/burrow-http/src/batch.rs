@@ -3,7 +3,9 @@
 
 use std::any::Any;
 use std::borrow::Cow;
+use std::mem::size_of;
 use std::ops::Range;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::mpsc;
 use std::sync::Arc;
 
@@ -80,6 +82,106 @@ pub(crate) struct Settings {
     pub rollback_on_error: bool,
     /// `"stopOnError",true` (Burrow): stop at the first failure and report it.
     pub stop_on_error: bool,
+}
+
+/// Memory that parsed batch bodies hold, server-wide. A body's text can
+/// parse to many times its size: `"POST",{}` is 9 bytes, and makes a write
+/// with a cell for each field of its table, then a view, an item and a
+/// result for it. So the server-wide allowance for bodies does not bound
+/// what they become: this does, as they are parsed.
+pub(crate) struct BatchMemory {
+    used: AtomicUsize,
+    max: usize,
+}
+
+impl BatchMemory {
+    pub fn new(max: usize) -> Arc<BatchMemory> {
+        Arc::new(BatchMemory {
+            used: AtomicUsize::new(0),
+            max,
+        })
+    }
+
+    /// Bytes held now by the batches being parsed or run.
+    pub fn used(&self) -> usize {
+        self.used.load(Ordering::SeqCst)
+    }
+}
+
+/// One body's share of [`BatchMemory`], taken as it is parsed and given
+/// back when its last holder (the request, or the parser thread) drops it.
+pub(crate) struct Charge {
+    pool: Arc<BatchMemory>,
+    held: AtomicUsize,
+}
+
+impl Charge {
+    pub fn new(pool: &Arc<BatchMemory>) -> Arc<Charge> {
+        Arc::new(Charge {
+            pool: pool.clone(),
+            held: AtomicUsize::new(0),
+        })
+    }
+
+    /// Takes `n` more bytes: a 413 when this body alone would pass the
+    /// allowance (it never fits), a 503 when the other bodies in flight
+    /// leave it no room now. Either way, nothing of the batch has run.
+    fn take(&self, n: usize) -> Result<()> {
+        let max = self.pool.max;
+        if self.held.load(Ordering::Relaxed).saturating_add(n) > max {
+            return Err(Error::Denied {
+                status: 413,
+                reason: format!(
+                    "the batch parses to more than the {} MiB the server allows \
+                     batches in flight; send it in smaller batches",
+                    max >> 20
+                ),
+            });
+        }
+        self.pool
+            .used
+            .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |u| {
+                u.checked_add(n).filter(|&t| t <= max)
+            })
+            .map_err(|_| Error::Denied {
+                status: 503,
+                reason: "the server holds as many parsed batches as it allows; retry later".into(),
+            })?;
+        self.held.fetch_add(n, Ordering::Relaxed);
+        Ok(())
+    }
+}
+
+impl Drop for Charge {
+    fn drop(&mut self) {
+        self.pool
+            .used
+            .fetch_sub(*self.held.get_mut(), Ordering::SeqCst);
+    }
+}
+
+/// Bytes charged at a time: one atomic update per some hundreds of writes.
+const CHARGE_STEP: usize = 64 * 1024;
+
+/// What a parsed write holds until its batch is answered: its entry, its
+/// row's cells and an update's field list, and the view, item and result
+/// made for it when it runs. Text that needed unescaping is also held, at
+/// most the size of the body, which the server's body allowance counts.
+fn held(op: &Op) -> usize {
+    const WRITE: usize = size_of::<Op>()
+        + size_of::<View<'static, 'static>>()
+        + size_of::<BatchItem<'static>>()
+        + size_of::<BatchResult>()
+        + size_of::<(&Table, i64)>();
+    WRITE
+        + match op {
+            Op::Add(_, r) => r.table.fields.len() * size_of::<Cell<'static>>(),
+            Op::Update(r, f) => {
+                r.table.fields.len() * size_of::<Cell<'static>>()
+                    + f.capacity() * size_of::<usize>()
+            }
+            Op::Delete(..) => 0,
+        }
 }
 
 /// A parsed batch body: its writes, in one part or several.
@@ -203,6 +305,7 @@ pub(crate) fn parse<'a>(
     writable: Writable<'_>,
     default: Option<&'static Table>,
     body: &'a [u8],
+    charge: &Charge,
 ) -> Result<Parsed<'a>> {
     let text = text_of(body)?;
     let mut parts = Vec::new();
@@ -211,6 +314,7 @@ pub(crate) fn parse<'a>(
         writable,
         default,
         text,
+        charge,
         (usize::MAX, 0),
         &mut |p, _| {
             parts.push(p);
@@ -231,12 +335,14 @@ fn text_of(body: &[u8]) -> Result<&str> {
 
 /// [`parse`] of a body's text, handing writes to `sink` as soon as they
 /// are read (the first `rows.0`, then every `rows.1`), with the settings read
-/// so far. Returns the last part and the settings.
+/// so far, and charging what they hold to `charge`. Returns the last part
+/// and the settings.
 pub(crate) fn parse_in_parts<'a>(
     model: &Model,
     writable: Writable<'_>,
     default: Option<&'static Table>,
     text: &'a str,
+    charge: &Charge,
     rows: (usize, usize),
     sink: &mut dyn FnMut(Part<'a>, Settings) -> Part<'a>,
 ) -> Result<(Part<'a>, Settings)> {
@@ -247,27 +353,38 @@ pub(crate) fn parse_in_parts<'a>(
         limit: rows.0,
         rows: rows.1,
         sink,
+        charge,
+        uncharged: 0,
     };
-    read_body(model, writable, default, &mut r, &mut out).map_err(|e| match e {
-        Error::BadInput(m) => bad(format!("invalid batch: {m}")),
-        denied @ Error::Denied { .. } => denied,
-        other => bad(format!("invalid batch: {other}")),
-    })?;
+    read_body(model, writable, default, &mut r, &mut out)
+        .and_then(|()| out.charge.take(out.uncharged))
+        .map_err(|e| match e {
+            Error::BadInput(m) => bad(format!("invalid batch: {m}")),
+            denied @ Error::Denied { .. } => denied,
+            other => bad(format!("invalid batch: {other}")),
+        })?;
     Ok((out.part, out.settings))
 }
 
 /// Where parsed writes go: into `part`, handed on at `limit` writes, then
-/// every `rows`.
+/// every `rows`; what they hold is charged as they come.
 struct Out<'a, 's> {
     part: Part<'a>,
     settings: Settings,
     limit: usize,
     rows: usize,
     sink: &'s mut dyn FnMut(Part<'a>, Settings) -> Part<'a>,
+    charge: &'s Charge,
+    /// Held by the writes read since the last charge.
+    uncharged: usize,
 }
 
 impl<'a> Out<'a, '_> {
-    fn push(&mut self, op: Op) {
+    fn push(&mut self, op: Op) -> Result<()> {
+        self.uncharged += held(&op);
+        if self.uncharged >= CHARGE_STEP {
+            self.charge.take(std::mem::take(&mut self.uncharged))?;
+        }
         self.part.ops.push(op);
         if self.part.ops.len() >= self.limit {
             let cells_per_row = self.part.cells.len() / self.part.ops.len();
@@ -278,6 +395,7 @@ impl<'a> Out<'a, '_> {
             self.part.ops.reserve(self.rows);
             self.part.cells.reserve(self.rows * cells_per_row);
         }
+        Ok(())
     }
 }
 
@@ -449,7 +567,7 @@ fn items<'a>(
                     return Err(bad(format!("{word} without a value")));
                 }
                 let rec = simple(r, table, &mut out.part.cells)?;
-                out.push(Op::Add(None, rec));
+                out.push(Op::Add(None, rec))?;
                 more = r.more(b']')?;
                 continue;
             }
@@ -503,7 +621,7 @@ fn items<'a>(
                     ),
                     v => bits_op(r, table, v, &mut p.cells, now)?,
                 };
-                out.push(op);
+                out.push(op)?;
             }
         }
         more = r.more(b']')?;
@@ -894,17 +1012,19 @@ fn detach(part: Part<'_>, text: &str) -> Part<'static> {
 /// engines, a write `admit` refuses, an error) is undone and handed back
 /// parsed, to run as usual; `admit` also sees every write before it runs.
 /// This thread applies, through the batch's own transaction.
+#[allow(clippy::too_many_arguments)]
 pub(crate) fn parse_and_run<'a, 'e>(
     parser: &crate::server::Worker,
     client: &Arc<Database>,
     writable: Option<Arc<[WriteRights]>>,
     default: Option<&'static Table>,
     body: &'a Arc<Vec<u8>>,
+    charge: &Arc<Charge>,
     route: &Route<'e>,
     admit: &dyn Fn(&Op) -> bool,
 ) -> Option<Run<'a>> {
     parse_and_run_in_parts(
-        parser, client, writable, default, body, route, admit, PART_ROWS,
+        parser, client, writable, default, body, charge, route, admit, PART_ROWS,
     )
 }
 
@@ -917,6 +1037,7 @@ pub(crate) fn parse_and_run_in_parts<'a, 'e>(
     writable: Option<Arc<[WriteRights]>>,
     default: Option<&'static Table>,
     body: &'a Arc<Vec<u8>>,
+    charge: &Arc<Charge>,
     route: &Route<'e>,
     admit: &dyn Fn(&Op) -> bool,
     rows: (usize, usize),
@@ -936,6 +1057,7 @@ pub(crate) fn parse_and_run_in_parts<'a, 'e>(
         writable,
         default,
         body,
+        charge,
         rows,
         &mut |part, settings| {
             ahead.apply(&part, text, settings, route, admit);
@@ -1003,6 +1125,7 @@ fn drive(
     writable: Option<Arc<[WriteRights]>>,
     default: Option<&'static Table>,
     body: &Arc<Vec<u8>>,
+    charge: &Arc<Charge>,
     rows: (usize, usize),
     each: &mut dyn FnMut(Part<'static>, Settings) -> Option<Part<'static>>,
 ) -> Driven {
@@ -1012,7 +1135,7 @@ fn drive(
     // instead of fresh memory for all of them.
     let (tx, rx) = mpsc::sync_channel(PARTS_AHEAD);
     let (back, applied) = mpsc::channel::<Part<'static>>();
-    let (client2, body2) = (client.clone(), body.clone());
+    let (client2, body2, charge2) = (client.clone(), body.clone(), charge.clone());
     let job = move || {
         let run = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
             let text = text_of(&body2)?;
@@ -1021,6 +1144,7 @@ fn drive(
                 writable.as_deref(),
                 default,
                 text,
+                &charge2,
                 rows,
                 &mut |part, s| {
                     let _ = tx.send(Msg::Part(detach(part, text), s));
@@ -1083,6 +1207,7 @@ pub(crate) enum TxRun<E> {
 /// the transaction ([`Transaction::fail`]): later calls in it fail and it
 /// can only be rolled back, as in PostgreSQL after an error, so a partly
 /// applied batch can never be committed.
+#[allow(clippy::too_many_arguments)]
 pub(crate) fn parse_and_run_in_tx<E>(
     parser: &crate::server::Worker,
     client: &Arc<Database>,
@@ -1090,6 +1215,7 @@ pub(crate) fn parse_and_run_in_tx<E>(
     writable: Option<Arc<[WriteRights]>>,
     default: Option<&'static Table>,
     body: &Arc<Vec<u8>>,
+    charge: &Arc<Charge>,
     admit: &dyn Fn(&Op) -> std::result::Result<(), E>,
 ) -> Option<TxRun<E>> {
     let text = std::str::from_utf8(body).unwrap_or_default();
@@ -1107,6 +1233,7 @@ pub(crate) fn parse_and_run_in_tx<E>(
         writable,
         default,
         body,
+        charge,
         PART_ROWS,
         &mut |part, s| {
             st.run(tx, text, admit, &part, s);
@@ -1269,13 +1396,64 @@ mod test {
         ],
     };
 
+    fn unlimited() -> Arc<Charge> {
+        Charge::new(&BatchMemory::new(usize::MAX))
+    }
+
+    fn status(r: Result<()>) -> Option<u16> {
+        match r {
+            Ok(()) => None,
+            Err(Error::Denied { status, .. }) => Some(status),
+            Err(e) => panic!("{e}"),
+        }
+    }
+
+    #[test]
+    fn charges_share_one_allowance_and_give_it_back() {
+        let pool = BatchMemory::new(1000);
+        let (a, b) = (Charge::new(&pool), Charge::new(&pool));
+        assert_eq!(status(a.take(600)), None);
+        // No room beside `a` now: later, maybe.
+        assert_eq!(status(b.take(500)), Some(503));
+        // More than the whole allowance: never.
+        assert_eq!(status(b.take(1001)), Some(413));
+        assert_eq!(status(a.take(401)), Some(413));
+        assert_eq!(pool.used(), 600);
+        drop(a);
+        assert_eq!(pool.used(), 0);
+        assert_eq!(status(b.take(500)), None);
+        assert_eq!(status(b.take(500)), None);
+        assert_eq!(status(b.take(1)), Some(413));
+        drop(b);
+        assert_eq!(pool.used(), 0);
+    }
+
+    #[test]
+    fn a_parse_charges_what_its_writes_hold() {
+        let mut m = Model::new();
+        m.add_table(&T);
+        let body = format!("[{}]", vec![r#""POST@Sample",{}"#; 10_000].join(","));
+        let per_write = held(&Op::Add(None, zero_row(&T, &mut Vec::new())));
+        let enough = BatchMemory::new(10_000 * per_write);
+        let charge = Charge::new(&enough);
+        let parsed = parse(&m, None, None, body.as_bytes(), &charge).expect("fits");
+        assert_eq!(parsed.ops().count(), 10_000);
+        assert_eq!(enough.used(), 10_000 * per_write);
+        drop(charge);
+        assert_eq!(enough.used(), 0);
+        let short = BatchMemory::new(10_000 * per_write - 1);
+        let e = parse(&m, None, None, body.as_bytes(), &Charge::new(&short));
+        assert!(matches!(e, Err(Error::Denied { status: 413, .. })));
+        assert_eq!(short.used(), 0);
+    }
+
     #[test]
     fn every_verb_form() -> Result<()> {
         let mut m = Model::new();
         m.add_table(&T);
         let body = br#"{Sample:["automaticTransactionPerRow",100,"POST",{"A":"x"},"PUT",{"RowID":3,"B":"y"},
             "DELETE",4,"SIMPLE",["a","b",""],"u02",[5,"z"],"i03",["p","q"],"03",[9,"p","q"],"DELETE@Sample","6"]}"#;
-        let p = parse(&m, None, None, body)?;
+        let p = parse(&m, None, None, body, &unlimited())?;
         assert_eq!(p.settings.auto_rows, 100);
         assert_eq!(p.parts[0].ops.len(), 8);
         assert!(matches!(&p.parts[0].ops[1], Op::Update(r, f) if r.id == 3 && f == &vec![1, 2]));
@@ -1302,7 +1480,7 @@ mod test {
             b"[\"SIMPLE@Sample\",[\"\xff\",\"b\",\"\"]]",
         ] {
             assert!(
-                parse(&m, None, None, bad).is_err(),
+                parse(&m, None, None, bad, &unlimited()).is_err(),
                 "{}",
                 String::from_utf8_lossy(bad)
             );
@@ -1338,7 +1516,7 @@ mod test {
                 format!(r#"{{"Sample":["i04",[{form}]]}}"#),
                 format!(r#"["SIMPLE@Sample",["a","b",{form}],"SIMPLE@Sample",["c","d",{form}]]"#),
             ] {
-                let batch = parse(&m, None, None, body.as_bytes());
+                let batch = parse(&m, None, None, body.as_bytes(), &unlimited());
                 match (&post, &batch) {
                     (Ok((row, _)), Ok(p)) => {
                         for op in 0..p.parts[0].ops.len() {
@@ -1396,7 +1574,7 @@ mod test {
             "SIMPLE@Sample",["third","x","2024-01-02T03:04:06"],
             "SIMPLE@sample",["fourth","y",""],
             "POST@Sample",{"B":"only b","ID":"12"} ] "#;
-        let p = parse(&m, None, None, body)?;
+        let p = parse(&m, None, None, body, &unlimited())?;
         assert_eq!(p.parts[0].ops.len(), 5);
         assert!(matches!(p.parts[0].cells[0], Cell::Text("plain")));
         assert_eq!(text(&p, 0, 1), "esc\"aped\u{e9}");
@@ -1419,15 +1597,23 @@ mod test {
         let body = br#"["automaticTransactionPerRow",5,"SIMPLE@Sample",["a","esc\"aped",""],
             "SIMPLE@Sample",["b","c","2024-01-02T03:04:05"],"POST@Sample",{"A":"d"},
             "rollbackOnError",true,"DELETE@Sample",4,"PUT@Sample",{"ID":2,"B":"e"}]"#;
-        let whole = parse(&m, None, None, body)?;
+        let whole = parse(&m, None, None, body, &unlimited())?;
         let body_text = text_of(body)?;
         let mut parts = Vec::new();
         let mut seen = Vec::new();
-        let (last, settings) = parse_in_parts(&m, None, None, body_text, (1, 2), &mut |p, s| {
-            seen.push(s);
-            parts.push(detach(p, body_text));
-            Part::default()
-        })?;
+        let (last, settings) = parse_in_parts(
+            &m,
+            None,
+            None,
+            body_text,
+            &unlimited(),
+            (1, 2),
+            &mut |p, s| {
+                seen.push(s);
+                parts.push(detach(p, body_text));
+                Part::default()
+            },
+        )?;
         parts.push(detach(last, body_text));
         // Every part but the last is full (the first one smaller), and
         // carries the settings read so far.

@@ -300,10 +300,11 @@ pub fn batch_body(open: &dyn Fn() -> Arc<Database>, data: &[u8]) {
     };
     let default = (how & 1 == 1).then_some(&SAMPLE);
     let m = model();
-    let whole = batch::parse(&m, None, default, body);
+    let charge = batch::Charge::new(&batch::BatchMemory::new(usize::MAX));
+    let whole = batch::parse(&m, None, default, body, &charge);
     let text = std::str::from_utf8(body).unwrap_or_default();
     let mut counts = Vec::new();
-    let apart = batch::parse_in_parts(&m, None, default, text, (1, 2), &mut |p, _| {
+    let apart = batch::parse_in_parts(&m, None, default, text, &charge, (1, 2), &mut |p, _| {
         counts.push(p.ops.len());
         batch::Part::default()
     });
@@ -331,6 +332,7 @@ pub fn batch_body(open: &dyn Fn() -> Arc<Database>, data: &[u8]) {
         None,
         default,
         &body,
+        &charge,
         &route,
         &|_| true,
         (1, 2),

@@ -951,6 +951,7 @@ fn run_batch(
     if req.body.len() >= LONG_BATCH_BYTES {
         off_loop()?;
     }
+    let mut charge = batch::Charge::new(&sh.batch_memory);
     if let (Some(parser), Some(tx)) = (&sh.parser, sh.tx) {
         if sh.local_engines && req.body.len() >= PIPELINE_BYTES {
             let admit = |op: &batch::Op| {
@@ -964,20 +965,31 @@ fn run_batch(
                 writable.clone(),
                 default,
                 &req.body,
+                &charge,
                 &admit,
             );
             match ran {
                 Some(batch::TxRun::Ran(changed, r)) => return ran_ahead(sh, req, changed, r),
                 Some(batch::TxRun::Refused(refused, wrote)) => {
                     let resp = match refused {
-                        // Said only of a malformed body: a refusal says no more.
-                        Ok(e) if wrote && e.kind() == ErrorKind::BadInput => Response::error(
-                            400,
-                            &format!(
-                                "{e}; writes of this batch had already run, so the \
-                                 transaction failed and is rolled back: end it"
-                            ),
-                        ),
+                        // Said of a malformed body or one that holds too
+                        // much once parsed; a refused write says no more.
+                        Ok(e)
+                            if wrote
+                                && matches!(e.kind(), ErrorKind::BadInput | ErrorKind::Denied) =>
+                        {
+                            let why = match &e {
+                                Error::Denied { reason, .. } => reason.clone(),
+                                e => e.to_string(),
+                            };
+                            Response::error(
+                                status_of(&e),
+                                &format!(
+                                    "{why}; writes of this batch had already run, so the \
+                                     transaction failed and is rolled back: end it"
+                                ),
+                            )
+                        }
                         Ok(e) => err(e),
                         Err(resp) => resp,
                     };
@@ -995,19 +1007,29 @@ fn run_batch(
                 writable.clone(),
                 default,
                 &req.body,
+                &charge,
                 &route,
                 &admit,
             )
         }
         _ => None,
     };
+    if let Some(batch::Run::Again) = ahead {
+        // What the first parse held is gone: the next one holds its own.
+        charge = batch::Charge::new(&sh.batch_memory);
+    }
     let parsed = match ahead {
         Some(batch::Run::Invalid(e)) => return Err(err(e)),
         Some(batch::Run::Ran(changed, r)) => return ran_ahead(sh, req, changed, r),
         Some(batch::Run::Parsed(p)) => p,
-        Some(batch::Run::Again) | None => {
-            batch::parse(sh.client.model(), writable.as_deref(), default, &req.body).map_err(err)?
-        }
+        Some(batch::Run::Again) | None => batch::parse(
+            sh.client.model(),
+            writable.as_deref(),
+            default,
+            &req.body,
+            &charge,
+        )
+        .map_err(err)?,
     };
     // Every right is checked before anything is written.
     for op in parsed.ops() {

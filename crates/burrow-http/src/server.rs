@@ -212,6 +212,8 @@ pub(crate) struct Shared {
     pub ran_ahead: AtomicU64,
     /// The size a large list's answer is written in pieces of.
     pub list_piece_bytes: usize,
+    /// What parsed batch bodies hold, server-wide.
+    pub batch_memory: Arc<crate::batch::BatchMemory>,
     inline: bool,
     gate: TxGate,
     tx_limits: TxLimits,
@@ -308,6 +310,7 @@ pub struct ServerBuilder {
     server_name: Option<String>,
     backup_folder: Option<std::path::PathBuf>,
     list_piece_bytes: usize,
+    batch_bytes_in_flight: usize,
     #[cfg(feature = "tls")]
     tls: Option<(Vec<u8>, Vec<u8>)>,
 }
@@ -379,6 +382,19 @@ impl ServerBuilder {
         self
     }
 
+    /// The most memory batch bodies may hold once parsed, server-wide
+    /// (default 1 GiB). A body parses to several times its size, and to
+    /// tens of times for rows that name few fields of a wide table (each
+    /// write holds a value for every field), so [`Limits`]' allowance for
+    /// bodies in flight does not bound it. What a body's writes hold is
+    /// counted as they are parsed: past this bound the batch is refused
+    /// before any of it runs, 503 (retry later) when the other batches in
+    /// flight leave no room, 413 when it alone would not fit.
+    pub fn batch_bytes_in_flight(mut self, n: usize) -> Self {
+        self.batch_bytes_in_flight = n;
+        self
+    }
+
     /// Where engine calls run.
     pub fn execution(mut self, e: Execution) -> Self {
         self.execution = e;
@@ -439,6 +455,7 @@ impl ServerBuilder {
             },
             ran_ahead: AtomicU64::new(0),
             list_piece_bytes: self.list_piece_bytes,
+            batch_memory: crate::batch::BatchMemory::new(self.batch_bytes_in_flight),
             tx_limits: self.tx_limits,
             open_txs: AtomicUsize::new(0),
         });
@@ -491,6 +508,7 @@ impl Server {
             server_name: None,
             backup_folder: None,
             list_piece_bytes: 1 << 20,
+            batch_bytes_in_flight: 1 << 30,
             #[cfg(feature = "tls")]
             tls: None,
         }
@@ -543,6 +561,12 @@ impl Server {
     /// the server's parser thread (the others were parsed, then applied).
     pub fn batches_run_ahead(&self) -> u64 {
         self.shared.ran_ahead.load(Ordering::Relaxed)
+    }
+
+    /// Bytes that parsed batch bodies hold now (see
+    /// [`ServerBuilder::batch_bytes_in_flight`]).
+    pub fn batch_bytes_in_flight(&self) -> usize {
+        self.shared.batch_memory.used()
     }
 
     /// Stops accepting, lets requests in flight finish (up to

@@ -401,3 +401,63 @@ fn large_batches_at_once_all_apply() -> TestResult {
     assert!((1..=3).contains(&server.batches_run_ahead()));
     Ok(())
 }
+
+/// `"POST@Sample",{}` is 17 bytes, and parses to a write with a value for
+/// every field of the table: what parsed batches hold is bounded
+/// server-wide, counted as they are parsed. A batch that alone would pass
+/// the bound is a 413, whichever way it is parsed, and writes nothing.
+#[test]
+fn what_parsed_batches_hold_is_bounded() -> TestResult {
+    let (server, hosted) = server_with(|b| b.no_auth().batch_bytes_in_flight(4 << 20));
+    let db = &*hosted;
+    let addr = server.local_addr();
+    let empty = |n: usize| {
+        let rows = vec![r#""POST@Sample",{}"#; n].join(",");
+        format!("[{rows}]").into_bytes()
+    };
+    // Rows that can all be written: each e-mail address is unique.
+    let fitting = |from: usize, n: usize| {
+        let rows: Vec<String> = (from..from + n)
+            .map(|i| format!(r#""POST@Sample",{{"Email":"{i}@e"}}"#))
+            .collect();
+        format!("[{}]", rows.join(",")).into_bytes()
+    };
+    // 200 KB, parsed whole; 400 KB, parsed on the parser thread while its
+    // writes would run.
+    for rows in [12_000, 24_000] {
+        let r = raw(addr, "PUT", "/root/Batch", "", &empty(rows));
+        assert_error(&r, 413);
+        assert!(r.text().contains("smaller batches"), "{}", r.text());
+        assert_eq!(count(db), 0);
+    }
+    // Inside a transaction, writes run as the body is parsed: the ones
+    // that ran before the bound was passed fail the transaction, as a late
+    // fault in a body does.
+    let mut c = RawConn::open(addr);
+    assert_eq!(req(&mut c, "BEGIN", "/root", "", b"")?.status, 200);
+    let r = req(&mut c, "PUT", "/root/Batch", "", &empty(24_000))?;
+    assert_error(&r, 413);
+    assert!(r.text().contains("rolled back: end it"), "{}", r.text());
+    assert_error(&req(&mut c, "END", "/root", "", b"")?, 400);
+    assert_eq!(count(db), 0);
+    // A small one, refused before any write ran, leaves it going on.
+    assert_eq!(req(&mut c, "BEGIN", "/root", "", b"")?.status, 200);
+    assert_error(&req(&mut c, "PUT", "/root/Batch", "", &empty(12_000))?, 413);
+    let r = req(&mut c, "PUT", "/root/Batch", "", &fitting(0, 2_000))?;
+    assert_eq!(r.status, 200, "{}", r.text());
+    assert_eq!(req(&mut c, "END", "/root", "", b"")?.status, 200);
+    assert_eq!(count(db), 2_000);
+    // Batches that fit run, and give back what they held.
+    let r = raw(addr, "PUT", "/root/Batch", "", &fitting(2_000, 8_000));
+    assert_eq!(r.status, 200, "{}", r.text());
+    assert_eq!(count(db), 10_000);
+    let start = std::time::Instant::now();
+    while server.batch_bytes_in_flight() != 0 {
+        assert!(
+            start.elapsed().as_secs() < 10,
+            "batch memory never given back"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(5));
+    }
+    Ok(())
+}
