@@ -70,8 +70,9 @@
 //!   a loop's only connection finds it awake for its next request (see
 //!   [`Limits::spin_wait`]). Work that blocks still leaves the loop free:
 //!   each runtime is tokio's multi-threaded kind, so
-//!   `tokio::task::block_in_place` hands the loop to another thread.
-//!   [`HttpServer::runtime`] lets an application start its own tasks
+//!   `tokio::task::block_in_place` hands the loop to another thread. The
+//!   loops' blocking pools share tokio's default bound of 512 threads (at
+//!   least 16 each). [`HttpServer::runtime`] lets an application start its own tasks
 //!   (database connections…) on the first loop.
 //! - A panicking handler: its client gets a 500 and the connection closes.
 //!
@@ -333,6 +334,9 @@ impl<H: Handler> HttpServerBuilder<H> {
         let addr = addr.to_socket_addrs()?.next().ok_or_else(|| {
             burrow_core::Error::BadInput("the address to bind resolves to nothing".into())
         })?;
+        // Tokio's default for one runtime, shared between the loops: each
+        // has a blocking pool of its own.
+        let blocking = (512 / self.threads).max(16);
         let loops = (0..self.threads)
             .map(|_| {
                 // Multi-threaded with one worker, not current-thread: a
@@ -340,6 +344,7 @@ impl<H: Handler> HttpServerBuilder<H> {
                 // thread instead of stalling its connections.
                 let mut rt = tokio::runtime::Builder::new_multi_thread();
                 rt.worker_threads(1)
+                    .max_blocking_threads(blocking)
                     .thread_name("burrow-http")
                     .enable_io()
                     .enable_time();
