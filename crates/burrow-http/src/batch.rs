@@ -16,6 +16,7 @@ use burrow_core::{
     FieldKind, Fields, Model, Orm, OwnedRow, Result, Storage, Table, Transaction, Value, ValueRef,
 };
 
+use crate::allowance::Allowance;
 use crate::rest::status_of;
 use crate::Rights;
 use burrow_core::json::Reader;
@@ -84,39 +85,19 @@ pub(crate) struct Settings {
     pub stop_on_error: bool,
 }
 
-/// Memory that parsed batch bodies hold, server-wide. A body's text can
-/// parse to many times its size: `"POST",{}` is 9 bytes, and makes a write
-/// with a cell for each field of its table, then a view, an item and a
-/// result for it. So the server-wide allowance for bodies does not bound
-/// what they become: this does, as they are parsed.
-pub(crate) struct BatchMemory {
-    used: AtomicUsize,
-    max: usize,
-}
-
-impl BatchMemory {
-    pub fn new(max: usize) -> Arc<BatchMemory> {
-        Arc::new(BatchMemory {
-            used: AtomicUsize::new(0),
-            max,
-        })
-    }
-
-    /// Bytes held now by the batches being parsed or run.
-    pub fn used(&self) -> usize {
-        self.used.load(Ordering::SeqCst)
-    }
-}
-
-/// One body's share of [`BatchMemory`], taken as it is parsed and given
-/// back when its last holder (the request, or the parser thread) drops it.
+/// One body's share of the server's allowance for parsed batches, taken as
+/// it is parsed and given back when its last holder (the request, or the
+/// parser thread) drops it. A body's text can parse to many times its size:
+/// `"POST",{}` is 9 bytes, and makes a write with a cell for each field of
+/// its table, then a view, an item and a result for it. So the allowance
+/// for bodies in flight does not bound what they become: this does.
 pub(crate) struct Charge {
-    pool: Arc<BatchMemory>,
+    pool: Arc<Allowance>,
     held: AtomicUsize,
 }
 
 impl Charge {
-    pub fn new(pool: &Arc<BatchMemory>) -> Arc<Charge> {
+    pub fn new(pool: &Arc<Allowance>) -> Arc<Charge> {
         Arc::new(Charge {
             pool: pool.clone(),
             held: AtomicUsize::new(0),
@@ -127,7 +108,7 @@ impl Charge {
     /// allowance (it never fits), a 503 when the other bodies in flight
     /// leave it no room now. Either way, nothing of the batch has run.
     fn take(&self, n: usize) -> Result<()> {
-        let max = self.pool.max;
+        let max = self.pool.max();
         if self.held.load(Ordering::Relaxed).saturating_add(n) > max {
             return Err(Error::Denied {
                 status: 413,
@@ -138,15 +119,12 @@ impl Charge {
                 ),
             });
         }
-        self.pool
-            .used
-            .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |u| {
-                u.checked_add(n).filter(|&t| t <= max)
-            })
-            .map_err(|_| Error::Denied {
+        if !self.pool.try_take(n) {
+            return Err(Error::Denied {
                 status: 503,
                 reason: "the server holds as many parsed batches as it allows; retry later".into(),
-            })?;
+            });
+        }
         self.held.fetch_add(n, Ordering::Relaxed);
         Ok(())
     }
@@ -154,9 +132,7 @@ impl Charge {
 
 impl Drop for Charge {
     fn drop(&mut self) {
-        self.pool
-            .used
-            .fetch_sub(*self.held.get_mut(), Ordering::SeqCst);
+        self.pool.give_back(*self.held.get_mut());
     }
 }
 
@@ -1397,7 +1373,7 @@ mod test {
     };
 
     fn unlimited() -> Arc<Charge> {
-        Charge::new(&BatchMemory::new(usize::MAX))
+        Charge::new(&Arc::new(Allowance::new(usize::MAX)))
     }
 
     fn status(r: Result<()>) -> Option<u16> {
@@ -1410,7 +1386,7 @@ mod test {
 
     #[test]
     fn charges_share_one_allowance_and_give_it_back() {
-        let pool = BatchMemory::new(1000);
+        let pool = Arc::new(Allowance::new(1000));
         let (a, b) = (Charge::new(&pool), Charge::new(&pool));
         assert_eq!(status(a.take(600)), None);
         // No room beside `a` now: later, maybe.
@@ -1434,14 +1410,14 @@ mod test {
         m.add_table(&T);
         let body = format!("[{}]", vec![r#""POST@Sample",{}"#; 10_000].join(","));
         let per_write = held(&Op::Add(None, zero_row(&T, &mut Vec::new())));
-        let enough = BatchMemory::new(10_000 * per_write);
+        let enough = Arc::new(Allowance::new(10_000 * per_write));
         let charge = Charge::new(&enough);
         let parsed = parse(&m, None, None, body.as_bytes(), &charge).expect("fits");
         assert_eq!(parsed.ops().count(), 10_000);
         assert_eq!(enough.used(), 10_000 * per_write);
         drop(charge);
         assert_eq!(enough.used(), 0);
-        let short = BatchMemory::new(10_000 * per_write - 1);
+        let short = Arc::new(Allowance::new(10_000 * per_write - 1));
         let e = parse(&m, None, None, body.as_bytes(), &Charge::new(&short));
         assert!(matches!(e, Err(Error::Denied { status: 413, .. })));
         assert_eq!(short.used(), 0);

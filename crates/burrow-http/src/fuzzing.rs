@@ -300,7 +300,7 @@ pub fn batch_body(open: &dyn Fn() -> Arc<Database>, data: &[u8]) {
     };
     let default = (how & 1 == 1).then_some(&SAMPLE);
     let m = model();
-    let charge = batch::Charge::new(&batch::BatchMemory::new(usize::MAX));
+    let charge = batch::Charge::new(&Arc::new(crate::allowance::Allowance::new(usize::MAX)));
     let whole = batch::parse(&m, None, default, body, &charge);
     let text = std::str::from_utf8(body).unwrap_or_default();
     let mut counts = Vec::new();

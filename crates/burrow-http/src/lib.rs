@@ -39,6 +39,7 @@
 #![forbid(unsafe_code)]
 
 mod admin;
+mod allowance;
 mod auth;
 mod batch;
 #[doc(hidden)]

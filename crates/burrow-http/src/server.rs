@@ -213,7 +213,7 @@ pub(crate) struct Shared {
     /// The size a large list's answer is written in pieces of.
     pub list_piece_bytes: usize,
     /// What parsed batch bodies hold, server-wide.
-    pub batch_memory: Arc<crate::batch::BatchMemory>,
+    pub batch_memory: Arc<crate::allowance::Allowance>,
     inline: bool,
     gate: TxGate,
     tx_limits: TxLimits,
@@ -455,7 +455,7 @@ impl ServerBuilder {
             },
             ran_ahead: AtomicU64::new(0),
             list_piece_bytes: self.list_piece_bytes,
-            batch_memory: crate::batch::BatchMemory::new(self.batch_bytes_in_flight),
+            batch_memory: Arc::new(crate::allowance::Allowance::new(self.batch_bytes_in_flight)),
             tx_limits: self.tx_limits,
             open_txs: AtomicUsize::new(0),
         });

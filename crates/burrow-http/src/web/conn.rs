@@ -8,6 +8,7 @@ use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::task::Poll;
 use std::time::Duration;
 
+use crate::allowance::Allowance;
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 use tokio::sync::watch;
 use tokio::time::{timeout, timeout_at, Instant};
@@ -67,25 +68,21 @@ fn write<H: Handler>(
 /// A request body's share of [`super::Limits::max_body_bytes_in_flight`], given
 /// back when dropped.
 struct BodyShare<'a> {
-    total: &'a AtomicUsize,
+    total: &'a Allowance,
     bytes: usize,
 }
 
 impl<'a> BodyShare<'a> {
     /// Takes `bytes` of the server's allowance, unless too little is left.
-    fn take(total: &'a AtomicUsize, bytes: usize, max: usize) -> Option<BodyShare<'a>> {
-        total
-            .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |n| {
-                n.checked_add(bytes).filter(|&m| m <= max)
-            })
-            .ok()
-            .map(|_| BodyShare { total, bytes })
+    fn take(total: &'a Allowance, bytes: usize) -> Option<BodyShare<'a>> {
+        // Made only once taken: a share dropped gives its bytes back.
+        total.try_take(bytes).then(|| BodyShare { total, bytes })
     }
 }
 
 impl Drop for BodyShare<'_> {
     fn drop(&mut self) {
-        self.total.fetch_sub(self.bytes, Ordering::SeqCst);
+        self.total.give_back(self.bytes);
     }
 }
 
@@ -358,7 +355,7 @@ pub(crate) async fn serve<H: Handler>(
         let length = head.content_length();
         let share = match length {
             0 => None,
-            n => match BodyShare::take(&core.body_bytes, n, limits.max_body_bytes_in_flight) {
+            n => match BodyShare::take(&core.body_bytes, n) {
                 Some(share) => Some(share),
                 None => {
                     fail(

@@ -117,6 +117,7 @@ use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
+use crate::allowance::Allowance;
 use burrow_core::Result;
 use tokio::io::AsyncWriteExt;
 use tokio::net::{TcpListener, TcpSocket};
@@ -236,7 +237,7 @@ pub(crate) struct Core<H> {
     /// the per-address cap is off.
     pub per_address: Mutex<HashMap<AddrKey, usize>>,
     /// Bytes of request bodies admitted and not yet handled.
-    pub body_bytes: AtomicUsize,
+    pub body_bytes: Allowance,
     /// The most output a connection held unwritten, recorded only past
     /// [`conn::OUT_HIGH`] (below it, the bound is not in question and the
     /// shared counter would cost every response a contended write).
@@ -356,11 +357,11 @@ impl<H: Handler> HttpServerBuilder<H> {
             .collect::<std::io::Result<Vec<_>>>()?;
         let core = Arc::new(Core {
             handler: self.handler,
+            body_bytes: Allowance::new(self.limits.max_body_bytes_in_flight),
             limits: self.limits,
             server_name: self.server_name,
             connections: AtomicUsize::new(0),
             per_address: Mutex::new(HashMap::new()),
-            body_bytes: AtomicUsize::new(0),
             peak_output: AtomicUsize::new(0),
             stopping: AtomicBool::new(false),
             loads: (0..self.threads).map(|_| AtomicUsize::new(0)).collect(),
@@ -475,7 +476,7 @@ impl<H: Handler> HttpServer<H> {
     /// Bytes of request bodies admitted and not yet handled (see
     /// [`Limits::max_body_bytes_in_flight`]).
     pub fn body_bytes_in_flight(&self) -> usize {
-        self.core.body_bytes.load(Ordering::SeqCst)
+        self.core.body_bytes.used()
     }
 
     /// The most response bytes a connection has held unwritten, when that
