@@ -1132,6 +1132,9 @@ fn drive(
             )?;
             Ok((detach(last, text), settings))
         }));
+        // Before the request hears the end: it then holds the body's only
+        // share, and a refused batch's is back once it answers.
+        drop(charge2);
         let _ = tx.send(match run {
             Ok(end) => Msg::End(end),
             Err(panic) => Msg::Panicked(panic),
