@@ -183,6 +183,38 @@ impl Layout {
         &row[self.var_base + start..self.var_base + end]
     }
 
+    /// Field `i` as text, when it holds text ([`Row::text`]); `None` when
+    /// NULL or of another kind.
+    #[inline]
+    pub fn text<'r>(&self, row: &'r [u8], i: usize) -> Result<Option<&'r str>> {
+        match self.slots.get(i) {
+            Some(s) if s.enc == Enc::Text && !self.is_null(row, i) => {
+                burrow_core::driver::utf8(self.var_range(row, s.at))
+                    .map(Some)
+                    .map_err(|_| self.corrupt(i, "invalid UTF-8"))
+            }
+            _ => Ok(None),
+        }
+    }
+
+    /// Field `i` as an integer, when it holds one ([`Row::int`]; a currency
+    /// as its scaled integer, as SQLite stores it); `None` when NULL or of
+    /// another kind.
+    #[inline]
+    pub fn int(&self, row: &[u8], i: usize) -> Option<i64> {
+        let s = self.slots.get(i)?;
+        if self.is_null(row, i) {
+            return None;
+        }
+        let at = s.at;
+        match s.enc {
+            Enc::I64 | Enc::Currency => Some(i64::from_le_bytes(arr(row, at))),
+            Enc::I32 => Some(i64::from(i32::from_le_bytes(arr(row, at)))),
+            Enc::U32 => Some(i64::from(u32::from_le_bytes(arr(row, at)))),
+            _ => None,
+        }
+    }
+
     /// Reads field `i` of a row this layout encoded (or validated).
     #[inline]
     pub fn get<'r>(&self, row: &'r [u8], i: usize) -> Result<ValueRef<'r>> {
@@ -576,15 +608,38 @@ impl Row for MemRow<'_> {
 
     #[inline]
     fn get(&self, idx: usize) -> Result<ValueRef<'_>> {
+        self.layout.get(self.data, self.slot(idx)?)
+    }
+
+    // Typed: a record's text and integer fields are read without a
+    // `ValueRef` made and matched on the way. Measured on the benchmark's
+    // rows: a whole-table read into records a tenth faster, one through
+    // SQLite's virtual table a seventh.
+    #[inline]
+    fn typed(&self) -> bool {
+        true
+    }
+
+    #[inline]
+    fn text(&self, idx: usize) -> Result<Option<&str>> {
+        self.layout.text(self.data, self.slot(idx)?)
+    }
+
+    #[inline]
+    fn int(&self, idx: usize) -> Result<Option<i64>> {
+        Ok(self.layout.int(self.data, self.slot(idx)?))
+    }
+}
+
+impl MemRow<'_> {
+    /// The slot of field `idx`.
+    #[inline]
+    fn slot(&self, idx: usize) -> Result<usize> {
         match self.map {
-            None => self.layout.get(self.data, idx),
-            Some(m) => match m.get(idx) {
-                Some(&slot) => self.layout.get(self.data, slot),
-                None => Err(Error::BadInput(format!(
-                    "{} has no field #{idx}",
-                    self.layout.table
-                ))),
-            },
+            None => Ok(idx),
+            Some(m) => m.get(idx).copied().ok_or_else(|| {
+                Error::BadInput(format!("{} has no field #{idx}", self.layout.table))
+            }),
         }
     }
 }
@@ -664,6 +719,91 @@ mod test {
         let mut longer = row.clone();
         longer.push(0);
         assert!(l.validate(&longer).is_err());
+    }
+
+    #[test]
+    fn typed_reads_agree_with_get() {
+        let l = layout();
+        let t = DateTime::from_timestamp(1_700_000_000, 5).unwrap();
+        let vals = [
+            ValueRef::Text("héllo".into()),
+            ValueRef::Int(-7),
+            ValueRef::Blob(b"bytes"),
+            ValueRef::DateTime(t),
+            ValueRef::Real(1.5),
+            ValueRef::Bool(true),
+            ValueRef::Text("2024-02-29".into()),
+            ValueRef::Text("[1]".into()),
+            ValueRef::Int(-12_345),
+        ];
+        let mut row = Vec::new();
+        l.encode(&mut row, |i| Ok(vals[i].clone())).unwrap();
+        let r = MemRow {
+            id: 9,
+            data: &row,
+            layout: &l,
+            map: None,
+        };
+        assert!(r.typed());
+        for i in 0..9 {
+            // Where a typed read answers, it is what `get` says.
+            match (r.text(i).unwrap(), r.int(i).unwrap(), r.get(i).unwrap()) {
+                (Some(s), None, ValueRef::Text(g)) => assert_eq!(s, g),
+                (None, Some(n), ValueRef::Int(g)) => assert_eq!(n, g),
+                (None, Some(n), ValueRef::Currency(c)) => assert_eq!(n, c.scaled()),
+                (None, None, v) => assert!(
+                    !matches!(
+                        v,
+                        ValueRef::Text(_) | ValueRef::Int(_) | ValueRef::Currency(_)
+                    ),
+                    "field {i}: {v:?} has no typed read"
+                ),
+                other => panic!("field {i}: {other:?}"),
+            }
+        }
+        assert_eq!(r.text(0).unwrap(), Some("héllo"));
+        assert_eq!(r.int(1).unwrap(), Some(-7));
+        assert_eq!(r.int(8).unwrap(), Some(-12_345));
+        // A NULL has neither: the caller's fallback, `get`, says NULL.
+        let mut nulls = Vec::new();
+        l.encode(&mut nulls, |i| {
+            Ok(if i == 0 {
+                ValueRef::Null
+            } else {
+                vals[i].clone()
+            })
+        })
+        .unwrap();
+        let n = MemRow {
+            id: 9,
+            data: &nulls,
+            layout: &l,
+            map: None,
+        };
+        assert_eq!(n.text(0).unwrap(), None);
+        assert_eq!(n.get(0).unwrap(), ValueRef::Null);
+        // Through a version's map, field 0 is slot 8 and field 1 slot 0;
+        // a field the map lacks is an error, as with `get`.
+        let m = MemRow {
+            id: 9,
+            data: &row,
+            layout: &l,
+            map: Some(&[8, 0]),
+        };
+        assert_eq!(m.int(0).unwrap(), Some(-12_345));
+        assert_eq!(m.text(1).unwrap(), Some("héllo"));
+        assert!(m.int(2).is_err() && m.text(2).is_err() && m.get(2).is_err());
+        // Damaged text is an error, not a wrong answer.
+        let at = l.var_base;
+        let mut bad = row.clone();
+        bad[at] = 0xFF;
+        let b = MemRow {
+            id: 9,
+            data: &bad,
+            layout: &l,
+            map: None,
+        };
+        assert!(b.text(0).is_err() && b.get(0).is_err());
     }
 
     #[test]
