@@ -189,9 +189,7 @@ impl Layout {
     pub fn text<'r>(&self, row: &'r [u8], i: usize) -> Result<Option<&'r str>> {
         match self.slots.get(i) {
             Some(s) if s.enc == Enc::Text && !self.is_null(row, i) => {
-                burrow_core::driver::utf8(self.var_range(row, s.at))
-                    .map(Some)
-                    .map_err(|_| self.corrupt(i, "invalid UTF-8"))
+                self.str_at(row, i, s.at).map(Some)
             }
             _ => Ok(None),
         }
@@ -213,6 +211,13 @@ impl Layout {
             Enc::U32 => Some(i64::from(u32::from_le_bytes(arr(row, at)))),
             _ => None,
         }
+    }
+
+    /// The text of field `i`, variable slot `k`, UTF-8 checked.
+    #[inline]
+    fn str_at<'r>(&self, row: &'r [u8], i: usize, k: usize) -> Result<&'r str> {
+        burrow_core::driver::utf8(self.var_range(row, k))
+            .map_err(|_| self.corrupt(i, "invalid UTF-8"))
     }
 
     /// Reads field `i` of a row this layout encoded (or validated).
@@ -246,10 +251,7 @@ impl Layout {
                 )
                 .ok_or_else(|| self.corrupt(i, "date-time out of range"))?,
             ),
-            Enc::Text => ValueRef::Text(Cow::Borrowed(
-                burrow_core::driver::utf8(self.var_range(row, at))
-                    .map_err(|_| self.corrupt(i, "invalid UTF-8"))?,
-            )),
+            Enc::Text => ValueRef::Text(Cow::Borrowed(self.str_at(row, i, at)?)),
             Enc::Blob => ValueRef::Blob(self.var_range(row, at)),
         })
     }
