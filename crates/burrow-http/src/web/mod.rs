@@ -72,8 +72,8 @@
 //!   each runtime is tokio's multi-threaded kind, so
 //!   `tokio::task::block_in_place` hands the loop to another thread. The
 //!   loops' blocking pools share tokio's default bound of 512 threads (at
-//!   least 16 each). [`HttpServer::runtime`] lets an application start its own tasks
-//!   (database connections…) on the first loop.
+//!   least 16 each). [`HttpServer::runtime`] lets an application start its
+//!   own tasks (database connections…) on the first loop.
 //! - A panicking handler: its client gets a 500 and the connection closes.
 //!
 //! # What the handler owns
