@@ -121,6 +121,24 @@ pub trait Row {
         Ok(None)
     }
 
+    /// Field `idx` as a date, when the engine holds it as one (the memory
+    /// engine's day numbers), not as text; `None` when it holds anything
+    /// else, and by default. As [`Row::text`], for date fields: a date read
+    /// this way makes no [`ValueRef`] and asks for no text first.
+    #[inline]
+    fn date(&self, idx: usize) -> Result<Option<NaiveDate>> {
+        let _ = idx;
+        Ok(None)
+    }
+
+    /// Field `idx` as a date-time, when the engine holds it as one; `None`
+    /// otherwise, and by default. As [`Row::date`], for date-time fields.
+    #[inline]
+    fn datetime(&self, idx: usize) -> Result<Option<DateTime<Utc>>> {
+        let _ = idx;
+        Ok(None)
+    }
+
     /// The date or date-time field `idx` as the text Burrow writes for it, when
     /// the engine holds exactly that text ([`crate::datetime::is_written_date`]):
     /// a reader that wants the text is spared a parse and a format. `None`
@@ -206,15 +224,23 @@ pub trait FieldType: Sized {
 
 /// The typed read of a field type an engine may hand over as `$get`
 /// ([`Row::text`] or [`Row::int`]): its value made as `$make` makes it, else
-/// the general path.
+/// the general path. With `[$own]`, the engine's own form of the type
+/// ([`Row::date`], [`Row::datetime`]) is asked for before the general path:
+/// after the text, so that SQLite's rows, which hold dates as text, make no
+/// call more.
 macro_rules! typed_read {
-    ($get:ident, |$v:ident| $make:expr) => {
+    ($get:ident $([$own:ident])?, |$v:ident| $make:expr) => {
         #[inline]
         fn read(row: &dyn Row, table: &Table, idx: usize) -> Result<Self> {
-            match row.$get(idx)? {
-                Some($v) => $make.map_err(|e: ConvertError| e.at(table, idx)),
-                None => Self::from_value(row.get(idx)?).map_err(|e| e.at(table, idx)),
+            if let Some($v) = row.$get(idx)? {
+                return $make.map_err(|e: ConvertError| e.at(table, idx));
             }
+            $(
+                if let Some(v) = row.$own(idx)? {
+                    return Ok(v);
+                }
+            )?
+            Self::from_value(row.get(idx)?).map_err(|e| e.at(table, idx))
         }
     };
 }
@@ -349,10 +375,9 @@ impl FieldType for NaiveDate {
             other => Err(ConvertError::new("date", &other)),
         }
     }
-    typed_read!(text, |t| parse_date(t).ok_or_else(|| ConvertError::new(
-        "date",
-        &ValueRef::Text(Cow::Borrowed(t))
-    )));
+    typed_read!(text[date], |t| parse_date(t).ok_or_else(|| {
+        ConvertError::new("date", &ValueRef::Text(Cow::Borrowed(t)))
+    }));
 }
 
 impl FieldType for DateTime<Utc> {
@@ -369,9 +394,9 @@ impl FieldType for DateTime<Utc> {
             other => Err(ConvertError::new("date-time", &other)),
         }
     }
-    typed_read!(text, |t| parse_datetime(t).ok_or_else(
-        || ConvertError::new("date-time", &ValueRef::Text(Cow::Borrowed(t)))
-    ));
+    typed_read!(text[datetime], |t| parse_datetime(t).ok_or_else(|| {
+        ConvertError::new("date-time", &ValueRef::Text(Cow::Borrowed(t)))
+    }));
     #[inline]
     fn from_time(t: DateTime<Utc>) -> Option<Self> {
         Some(t)

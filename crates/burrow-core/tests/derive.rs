@@ -408,6 +408,74 @@ impl Row for TypedVecRow {
             _ => None,
         })
     }
+    // As the memory engine's rows do.
+    fn date(&self, idx: usize) -> Result<Option<NaiveDate>> {
+        Ok(match self.0.values.get(idx) {
+            Some(Value::Date(d)) => Some(*d),
+            _ => None,
+        })
+    }
+    fn datetime(&self, idx: usize) -> Result<Option<DateTime<Utc>>> {
+        Ok(match self.0.values.get(idx) {
+            Some(Value::DateTime(t)) => Some(*t),
+            _ => None,
+        })
+    }
+}
+
+#[derive(Record, Debug, Clone, PartialEq)]
+#[burrow(crate = "burrow_core", table = "Times")]
+struct Times {
+    id: i64,
+    day: NaiveDate,
+    at: DateTime<Utc>,
+}
+
+/// Dates and date-times an engine holds as such (the memory engine) read as
+/// they do through `get`; held as text they are parsed, and held as the
+/// other kind they fail the same way.
+#[test]
+fn dates_held_as_such_read_as_through_get() -> Result<()> {
+    let src = Times {
+        id: 3,
+        day: NaiveDate::from_ymd_opt(2024, 2, 29).unwrap(),
+        at: Utc.timestamp_opt(1_700_000_000, 123_456_789).unwrap(),
+    };
+    let values = values_of(&src);
+    assert!(matches!(values[..], [Value::Date(_), Value::DateTime(_)]));
+    let typed = Times::from_row(&TypedVecRow(VecRow {
+        id: 3,
+        values: values.clone(),
+    }))?;
+    assert_eq!(typed, src);
+    let cases: [(usize, Value, bool); 4] = [
+        (0, Value::Text("2024-02-29".into()), true),
+        (1, Value::Text("2023-11-14T22:13:20.123456789".into()), true),
+        (0, Value::DateTime(src.at), false),
+        (1, Value::Date(src.day), false),
+    ];
+    for (idx, v, reads) in cases {
+        let mut held = values.clone();
+        held[idx] = v.clone();
+        let plain = Times::from_row(&VecRow {
+            id: 3,
+            values: held.clone(),
+        });
+        let typed = Times::from_row(&TypedVecRow(VecRow {
+            id: 3,
+            values: held,
+        }));
+        assert_eq!(plain.is_ok(), reads, "field {idx} holding {v:?}: {plain:?}");
+        assert_eq!(
+            format!("{plain:?}"),
+            format!("{typed:?}"),
+            "field {idx} holding {v:?}"
+        );
+        if reads {
+            assert_eq!(typed?, src);
+        }
+    }
+    Ok(())
 }
 
 #[test]

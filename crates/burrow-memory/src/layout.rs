@@ -16,7 +16,7 @@
 
 use std::borrow::Cow;
 
-use burrow_core::chrono::{DateTime, NaiveDate, NaiveTime};
+use burrow_core::chrono::{DateTime, NaiveDate, NaiveTime, Utc};
 use burrow_core::datetime::{parse_date, parse_datetime};
 use burrow_core::{Currency, Error, FieldKind, Result, Row, ValueRef};
 
@@ -240,22 +240,54 @@ impl Layout {
             Enc::Currency => {
                 ValueRef::Currency(Currency::from_scaled(i64::from_le_bytes(arr(row, at))))
             }
-            Enc::Date => ValueRef::Date(
-                date(i32::from_le_bytes(arr(row, at)))
-                    .ok_or_else(|| self.corrupt(i, "date out of range"))?,
-            ),
-            Enc::DateTime => ValueRef::DateTime(
-                DateTime::from_timestamp(
-                    i64::from_le_bytes(arr(row, at)),
-                    u32::from_le_bytes(arr(row, at + 8)),
-                )
-                .ok_or_else(|| self.corrupt(i, "date-time out of range"))?,
-            ),
+            Enc::Date => ValueRef::Date(self.date_at(row, i, at)?),
+            Enc::DateTime => ValueRef::DateTime(self.datetime_at(row, i, at)?),
             Enc::Text => ValueRef::Text(Cow::Borrowed(self.str_at(row, i, at)?)),
             Enc::Blob => ValueRef::Blob(self.var_range(row, at)),
         })
     }
 
+    /// Field `i` as a date, when it holds one ([`Row::date`]); `None` when
+    /// NULL or of another kind.
+    #[inline]
+    pub fn date(&self, row: &[u8], i: usize) -> Result<Option<NaiveDate>> {
+        match self.slots.get(i) {
+            Some(s) if s.enc == Enc::Date && !self.is_null(row, i) => {
+                self.date_at(row, i, s.at).map(Some)
+            }
+            _ => Ok(None),
+        }
+    }
+
+    /// Field `i` as a date-time, when it holds one ([`Row::datetime`]);
+    /// `None` when NULL or of another kind.
+    #[inline]
+    pub fn datetime(&self, row: &[u8], i: usize) -> Result<Option<DateTime<Utc>>> {
+        match self.slots.get(i) {
+            Some(s) if s.enc == Enc::DateTime && !self.is_null(row, i) => {
+                self.datetime_at(row, i, s.at).map(Some)
+            }
+            _ => Ok(None),
+        }
+    }
+
+    /// The date of field `i`, stored at `at`.
+    #[inline]
+    fn date_at(&self, row: &[u8], i: usize, at: usize) -> Result<NaiveDate> {
+        date(i32::from_le_bytes(arr(row, at))).ok_or_else(|| self.corrupt(i, "date out of range"))
+    }
+
+    /// The date-time of field `i`, stored at `at`.
+    #[inline]
+    fn datetime_at(&self, row: &[u8], i: usize, at: usize) -> Result<DateTime<Utc>> {
+        DateTime::from_timestamp(
+            i64::from_le_bytes(arr(row, at)),
+            u32::from_le_bytes(arr(row, at + 8)),
+        )
+        .ok_or_else(|| self.corrupt(i, "date-time out of range"))
+    }
+
+    #[cold]
     fn corrupt(&self, i: usize, what: &str) -> Error {
         Error::engine(
             crate::ENGINE,
@@ -631,6 +663,18 @@ impl Row for MemRow<'_> {
     fn int(&self, idx: usize) -> Result<Option<i64>> {
         Ok(self.layout.int(self.data, self.slot(idx)?))
     }
+
+    // Dates and date-times read without a `ValueRef` and without a text
+    // asked for first: they were over a third of a whole-table read.
+    #[inline]
+    fn date(&self, idx: usize) -> Result<Option<NaiveDate>> {
+        self.layout.date(self.data, self.slot(idx)?)
+    }
+
+    #[inline]
+    fn datetime(&self, idx: usize) -> Result<Option<DateTime<Utc>>> {
+        self.layout.datetime(self.data, self.slot(idx)?)
+    }
 }
 
 impl MemRow<'_> {
@@ -763,13 +807,35 @@ mod test {
                 other => panic!("field {i}: {other:?}"),
             }
         }
+        for i in 0..9 {
+            // The same for the dates and date-times read as such.
+            match (
+                r.date(i).unwrap(),
+                r.datetime(i).unwrap(),
+                r.get(i).unwrap(),
+            ) {
+                (Some(d), None, ValueRef::Date(g)) => assert_eq!(d, g),
+                (None, Some(t), ValueRef::DateTime(g)) => assert_eq!(t, g),
+                (None, None, v) => assert!(
+                    !matches!(v, ValueRef::Date(_) | ValueRef::DateTime(_)),
+                    "field {i}: {v:?} has no typed read"
+                ),
+                other => panic!("field {i}: {other:?}"),
+            }
+        }
         assert_eq!(r.text(0).unwrap(), Some("héllo"));
         assert_eq!(r.int(1).unwrap(), Some(-7));
         assert_eq!(r.int(8).unwrap(), Some(-12_345));
-        // A NULL has neither: the caller's fallback, `get`, says NULL.
+        assert_eq!(r.datetime(3).unwrap(), Some(t));
+        assert_eq!(
+            r.date(6).unwrap(),
+            NaiveDate::from_ymd_opt(2024, 2, 29),
+            "a date given as text is kept as a date"
+        );
+        // A NULL has none: the caller's fallback, `get`, says NULL.
         let mut nulls = Vec::new();
         l.encode(&mut nulls, |i| {
-            Ok(if i == 0 {
+            Ok(if i == 0 || i == 3 {
                 ValueRef::Null
             } else {
                 vals[i].clone()
@@ -784,6 +850,8 @@ mod test {
         };
         assert_eq!(n.text(0).unwrap(), None);
         assert_eq!(n.get(0).unwrap(), ValueRef::Null);
+        assert_eq!(n.datetime(3).unwrap(), None);
+        assert_eq!(n.get(3).unwrap(), ValueRef::Null);
         // Through a version's map, field 0 is slot 8 and field 1 slot 0;
         // a field the map lacks is an error, as with `get`.
         let m = MemRow {
@@ -795,6 +863,16 @@ mod test {
         assert_eq!(m.int(0).unwrap(), Some(-12_345));
         assert_eq!(m.text(1).unwrap(), Some("héllo"));
         assert!(m.int(2).is_err() && m.text(2).is_err() && m.get(2).is_err());
+        assert!(m.date(2).is_err() && m.datetime(2).is_err());
+        let dm = MemRow {
+            id: 9,
+            data: &row,
+            layout: &l,
+            map: Some(&[6, 3]),
+        };
+        assert_eq!(dm.date(0).unwrap(), NaiveDate::from_ymd_opt(2024, 2, 29));
+        assert_eq!(dm.datetime(1).unwrap(), Some(t));
+        assert_eq!((dm.datetime(0).unwrap(), dm.date(1).unwrap()), (None, None));
         // Damaged text is an error, not a wrong answer.
         let at = l.var_base;
         let mut bad = row.clone();
@@ -806,6 +884,23 @@ mod test {
             map: None,
         };
         assert!(b.text(0).is_err() && b.get(0).is_err());
+        // So is a date-time out of chrono's range (field D's seconds set to
+        // the largest).
+        let d_at = l.slots[3].at;
+        let mut far = row.clone();
+        far[d_at..d_at + 8].copy_from_slice(&i64::MAX.to_le_bytes());
+        let f = MemRow {
+            id: 9,
+            data: &far,
+            layout: &l,
+            map: None,
+        };
+        assert!(f.get(3).is_err());
+        let e = f.datetime(3).unwrap_err().to_string();
+        assert!(
+            e.contains("T.D") && e.contains("date-time out of range"),
+            "{e}"
+        );
     }
 
     #[test]

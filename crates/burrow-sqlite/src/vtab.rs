@@ -688,21 +688,26 @@ fn typed_cell(
     idx: usize,
     bytes: &mut Vec<u8>,
 ) -> burrow_core::Result<Option<Cell>> {
-    use burrow_core::datetime::{is_written_date, is_written_datetime};
+    use burrow_core::datetime::{is_written_date, is_written_datetime, write_date, write_datetime};
     let text = |t: &str, bytes: &mut Vec<u8>| {
         let (a, b) = keep(bytes, t.as_bytes());
         Cell::Text(a, b)
     };
+    let mut buf = [0u8; DATETIME_BUF];
     Ok(match kind {
         FieldKind::Text => row.text(idx)?.map(|t| text(t, bytes)),
-        FieldKind::Date => row
-            .text(idx)?
-            .filter(|t| is_written_date(t))
-            .map(|t| text(t, bytes)),
-        FieldKind::DateTime => row
-            .text(idx)?
-            .filter(|t| is_written_datetime(t))
-            .map(|t| text(t, bytes)),
+        // A date the engine holds as one (the memory engine) is written as
+        // SQLite stores it, with no `ValueRef` made on the way.
+        FieldKind::Date => match row.text(idx)? {
+            Some(t) => is_written_date(t).then(|| text(t, bytes)),
+            None => row.date(idx)?.map(|d| text(write_date(d, &mut buf), bytes)),
+        },
+        FieldKind::DateTime => match row.text(idx)? {
+            Some(t) => is_written_datetime(t).then(|| text(t, bytes)),
+            None => row
+                .datetime(idx)?
+                .map(|d| text(write_datetime(d, &mut buf), bytes)),
+        },
         // An integer is shown as stored; a currency's is its 1/10,000
         // amount, the stored form.
         FieldKind::I64
