@@ -124,7 +124,7 @@ pub trait Row {
     /// Field `idx` as a date, when the engine holds it as one (the memory
     /// engine's day numbers), not as text; `None` when it holds anything
     /// else, and by default. As [`Row::text`], for date fields: a date read
-    /// this way makes no [`ValueRef`] and asks for no text first.
+    /// this way makes no [`ValueRef`]. A reader asks for the text first.
     #[inline]
     fn date(&self, idx: usize) -> Result<Option<NaiveDate>> {
         let _ = idx;
