@@ -693,20 +693,21 @@ fn typed_cell(
         let (a, b) = keep(bytes, t.as_bytes());
         Cell::Text(a, b)
     };
-    let mut buf = [0u8; DATETIME_BUF];
     Ok(match kind {
         FieldKind::Text => row.text(idx)?.map(|t| text(t, bytes)),
         // A date the engine holds as one (the memory engine) is written as
         // SQLite stores it, with no `ValueRef` made on the way.
         FieldKind::Date => match row.text(idx)? {
             Some(t) => is_written_date(t).then(|| text(t, bytes)),
-            None => row.date(idx)?.map(|d| text(write_date(d, &mut buf), bytes)),
+            None => row
+                .date(idx)?
+                .map(|d| text(write_date(d, &mut [0; DATETIME_BUF]), bytes)),
         },
         FieldKind::DateTime => match row.text(idx)? {
             Some(t) => is_written_datetime(t).then(|| text(t, bytes)),
             None => row
                 .datetime(idx)?
-                .map(|d| text(write_datetime(d, &mut buf), bytes)),
+                .map(|d| text(write_datetime(d, &mut [0; DATETIME_BUF]), bytes)),
         },
         // An integer is shown as stored; a currency's is its 1/10,000
         // amount, the stored form.
