@@ -187,11 +187,19 @@ impl Layout {
     /// NULL or of another kind.
     #[inline]
     pub fn text<'r>(&self, row: &'r [u8], i: usize) -> Result<Option<&'r str>> {
+        match self.held(row, i, Enc::Text) {
+            Some(at) => self.str_at(row, i, at).map(Some),
+            None => Ok(None),
+        }
+    }
+
+    /// Where field `i` is stored, when it is stored as `enc` and not NULL:
+    /// the test each typed read makes before it decodes.
+    #[inline]
+    fn held(&self, row: &[u8], i: usize, enc: Enc) -> Option<usize> {
         match self.slots.get(i) {
-            Some(s) if s.enc == Enc::Text && !self.is_null(row, i) => {
-                self.str_at(row, i, s.at).map(Some)
-            }
-            _ => Ok(None),
+            Some(s) if s.enc == enc && !self.is_null(row, i) => Some(s.at),
+            _ => None,
         }
     }
 
@@ -251,11 +259,9 @@ impl Layout {
     /// NULL or of another kind.
     #[inline]
     pub fn date(&self, row: &[u8], i: usize) -> Result<Option<NaiveDate>> {
-        match self.slots.get(i) {
-            Some(s) if s.enc == Enc::Date && !self.is_null(row, i) => {
-                self.date_at(row, i, s.at).map(Some)
-            }
-            _ => Ok(None),
+        match self.held(row, i, Enc::Date) {
+            Some(at) => self.date_at(row, i, at).map(Some),
+            None => Ok(None),
         }
     }
 
@@ -263,11 +269,9 @@ impl Layout {
     /// `None` when NULL or of another kind.
     #[inline]
     pub fn datetime(&self, row: &[u8], i: usize) -> Result<Option<DateTime<Utc>>> {
-        match self.slots.get(i) {
-            Some(s) if s.enc == Enc::DateTime && !self.is_null(row, i) => {
-                self.datetime_at(row, i, s.at).map(Some)
-            }
-            _ => Ok(None),
+        match self.held(row, i, Enc::DateTime) {
+            Some(at) => self.datetime_at(row, i, at).map(Some),
+            None => Ok(None),
         }
     }
 
