@@ -457,25 +457,31 @@ fn dates_held_as_such_read_as_through_get() -> Result<()> {
     for (idx, v, reads) in cases {
         let mut held = values.clone();
         held[idx] = v.clone();
-        let plain = Times::from_row(&VecRow {
-            id: 3,
-            values: held.clone(),
-        });
-        let typed = Times::from_row(&TypedVecRow(VecRow {
-            id: 3,
-            values: held,
-        }));
-        assert_eq!(plain.is_ok(), reads, "field {idx} holding {v:?}: {plain:?}");
-        assert_eq!(
-            format!("{plain:?}"),
-            format!("{typed:?}"),
-            "field {idx} holding {v:?}"
-        );
+        let typed = read_both_ways::<Times>(3, held, reads, &format!("field {idx} holding {v:?}"));
         if reads {
             assert_eq!(typed?, src);
         }
     }
     Ok(())
+}
+
+/// Reads a record from `values` through `get` alone and through the typed
+/// reads, and checks that both read or fail alike (`reads`: whether they
+/// read); the typed read's outcome.
+fn read_both_ways<R: Record + std::fmt::Debug>(
+    id: i64,
+    values: Vec<Value>,
+    reads: bool,
+    what: &str,
+) -> Result<R> {
+    let plain = R::from_row(&VecRow {
+        id,
+        values: values.clone(),
+    });
+    let typed = R::from_row(&TypedVecRow(VecRow { id, values }));
+    assert_eq!(plain.is_ok(), reads, "{what}: {plain:?}");
+    assert_eq!(format!("{plain:?}"), format!("{typed:?}"), "{what}");
+    typed
 }
 
 #[test]
@@ -517,17 +523,8 @@ fn typed_reads_give_what_values_give() -> Result<()> {
     for (idx, v, reads) in cases {
         let mut values = base.clone();
         values[idx] = v.clone();
-        let plain = SampleRecord::from_row(&VecRow {
-            id: 1,
-            values: values.clone(),
-        });
-        let typed = SampleRecord::from_row(&TypedVecRow(VecRow { id: 1, values }));
-        assert_eq!(plain.is_ok(), reads, "field {idx} holding {v:?}: {plain:?}");
-        assert_eq!(
-            format!("{plain:?}"),
-            format!("{typed:?}"),
-            "field {idx} holding {v:?}"
-        );
+        read_both_ways::<SampleRecord>(1, values, reads, &format!("field {idx} holding {v:?}"))
+            .ok();
     }
     Ok(())
 }
