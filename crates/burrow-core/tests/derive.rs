@@ -2,7 +2,7 @@
 
 use burrow_core::chrono::{DateTime, NaiveDate, TimeZone, Utc};
 use burrow_core::{
-    AutoTime, Currency, Error, FieldKind, Json, Record, Ref, Result, Row, Value, ValueRef,
+    AutoTime, Currency, Error, FieldKind, Json, OwnedRow, Record, Ref, Result, Row, Value, ValueRef,
 };
 use burrow_derive::Record;
 use serde::{Deserialize, Serialize};
@@ -381,45 +381,15 @@ fn stamp_sets_created_on_insert_and_modified_always() {
     assert_eq!(a, all_types());
 }
 
-/// A row that also hands out text and integers directly, as the SQL engines'
-/// rows do: a record reads from it exactly what it reads through `get`, and
-/// a value of the wrong type fails the same way, naming the same field.
-struct TypedVecRow(VecRow);
-
-impl Row for TypedVecRow {
-    fn typed(&self) -> bool {
-        true
-    }
-    fn id(&self) -> Result<i64> {
-        self.0.id()
-    }
-    fn get(&self, idx: usize) -> Result<ValueRef<'_>> {
-        self.0.get(idx)
-    }
-    fn text(&self, idx: usize) -> Result<Option<&str>> {
-        Ok(match self.0.values.get(idx) {
-            Some(Value::Text(t)) => Some(t),
-            _ => None,
-        })
-    }
-    fn int(&self, idx: usize) -> Result<Option<i64>> {
-        Ok(match self.0.values.get(idx) {
-            Some(Value::Int(i)) => Some(*i),
-            _ => None,
-        })
-    }
-    // As the memory engine's rows do.
-    fn date(&self, idx: usize) -> Result<Option<NaiveDate>> {
-        Ok(match self.0.values.get(idx) {
-            Some(Value::Date(d)) => Some(*d),
-            _ => None,
-        })
-    }
-    fn datetime(&self, idx: usize) -> Result<Option<DateTime<Utc>>> {
-        Ok(match self.0.values.get(idx) {
-            Some(Value::DateTime(t)) => Some(*t),
-            _ => None,
-        })
+/// A row that answers the typed reads: the library's own [`OwnedRow`], which
+/// the HTTP client reads a list into. A record reads from it exactly what it
+/// reads through `get` alone, and a value of the wrong type fails the same
+/// way, naming the same field.
+fn typed_row<R: Record>(id: i64, values: Vec<Value>) -> OwnedRow {
+    OwnedRow {
+        table: R::table(),
+        id,
+        values,
     }
 }
 
@@ -443,10 +413,7 @@ fn dates_held_as_such_read_as_through_get() -> Result<()> {
     };
     let values = values_of(&src);
     assert!(matches!(values[..], [Value::Date(_), Value::DateTime(_)]));
-    let typed = Times::from_row(&TypedVecRow(VecRow {
-        id: 3,
-        values: values.clone(),
-    }))?;
+    let typed = Times::from_row(&typed_row::<Times>(3, values.clone()))?;
     assert_eq!(typed, src);
     let cases: [(usize, Value, bool); 4] = [
         (0, Value::Text("2024-02-29".into()), true),
@@ -478,7 +445,7 @@ fn read_both_ways<R: Record + std::fmt::Debug>(
         id,
         values: values.clone(),
     });
-    let typed = R::from_row(&TypedVecRow(VecRow { id, values }));
+    let typed = R::from_row(&typed_row::<R>(id, values));
     assert_eq!(plain.is_ok(), reads, "{what}: {plain:?}");
     assert_eq!(format!("{plain:?}"), format!("{typed:?}"), "{what}");
     typed
@@ -507,9 +474,27 @@ fn typed_reads_give_what_values_give() -> Result<()> {
         id: 7,
         values: values.clone(),
     })?;
-    let typed = AllTypes::from_row(&TypedVecRow(VecRow { id: 7, values }))?;
+    let typed = AllTypes::from_row(&typed_row::<AllTypes>(7, values))?;
     assert_eq!(plain, src);
     assert_eq!(typed, src);
+    // Held as the HTTP client holds them: dates, times and currency as such.
+    assert_eq!(
+        read_both_ways::<AllTypes>(7, values_of(&src), true, "values as such")?,
+        src
+    );
+    let money = Value::Currency(Currency::from_scaled(-12_345));
+    let field = |name| AllTypes::table().field_index(name).unwrap();
+    let big = field("Big");
+    let cases = [
+        (field("Money"), money.clone(), true),
+        // An integer field holding a currency: no integer to hand over.
+        (big, money, false),
+    ];
+    for (idx, v, reads) in cases {
+        let mut values = values_of(&src);
+        values[idx] = v.clone();
+        read_both_ways::<AllTypes>(7, values, reads, &format!("field {idx} holding {v:?}")).ok();
+    }
 
     let base = stored(values_of(&SampleRecord::default()));
     // Field, value held, whether it reads.

@@ -6,6 +6,7 @@ use crate::error::Result;
 use crate::row::OwnedRow;
 use crate::schema::{AutoTime, Column, Field, FieldKind, Table};
 use crate::value::{Value, ValueRef};
+use chrono::NaiveDate;
 
 const fn f(name: &'static str, kind: FieldKind, auto: AutoTime, nullable: bool) -> Field {
     let f = Field::new(name, kind).auto(auto);
@@ -474,4 +475,75 @@ fn stored_dates_in_the_written_form_are_written_as_parsed_ones_are() -> Result<(
         }
     }
     Ok(())
+}
+
+/// A row that hands its values over through `get` alone.
+struct GetOnly<'a>(&'a OwnedRow);
+
+impl crate::record::Row for GetOnly<'_> {
+    fn id(&self) -> Result<i64> {
+        Ok(self.0.id)
+    }
+    fn get(&self, idx: usize) -> Result<ValueRef<'_>> {
+        crate::record::Row::get(self.0, idx)
+    }
+}
+
+/// A held row (which answers the typed reads) is written as it is through
+/// `get` alone: the same JSON, or the same error, in either dialect and
+/// either list shape.
+#[test]
+fn held_rows_write_as_through_get() {
+    let text = |s: &str| Value::Text(s.into());
+    // Field, value held, whether it is written.
+    let cases = [
+        (1, Value::Int(125_000), true), // currency as its scaled integer
+        (1, Value::Currency(Currency::from_scaled(-1)), true),
+        (1, text("lots"), false), // currency, other text
+        (2, text("2020-02-29"), true),
+        (2, text("2021-02-29"), false), // no such date
+        (
+            2,
+            Value::Date(NaiveDate::from_ymd_opt(1, 1, 1).expect("date")),
+            true,
+        ),
+        (3, text("2024-03-04T05:06:07.5"), true),
+        (3, Value::Int(5), false), // date-time, an integer
+        (0, text(""), true),
+        (0, Value::Int(3), false), // text field, an integer
+    ];
+    let cols = [
+        Column::Id,
+        Column::Field(0),
+        Column::Field(1),
+        Column::Field(2),
+        Column::Field(3),
+    ];
+    for (idx, v, writes) in cases {
+        let mut held = row();
+        held.values[idx] = v.clone();
+        for dialect in [JsonDialect::Exact, JsonDialect::Mormot] {
+            for compact in [false, true] {
+                let write = |r: &dyn crate::record::Row| -> Result<String> {
+                    let mut out = Vec::new();
+                    let mut w = ListWriter::begin(&mut out, &T, &cols, compact, dialect);
+                    w.row(&mut out, r)?;
+                    w.finish(&mut out);
+                    Ok(String::from_utf8(out).expect("UTF-8"))
+                };
+                let typed = write(&held);
+                let plain = write(&GetOnly(&held));
+                assert_eq!(
+                    plain.is_ok(),
+                    writes,
+                    "field {idx} holding {v:?}: {plain:?}"
+                );
+                assert_eq!(
+                    format!("{typed:?}"),
+                    format!("{plain:?}"),
+                    "field {idx} holding {v:?}, {dialect:?}, compact {compact}"
+                );
+            }
+        }
+    }
 }
