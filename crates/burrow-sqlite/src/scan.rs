@@ -155,8 +155,8 @@ mod apart {
     impl Drop for Away {
         fn drop(&mut self) {
             // SAFETY: a set read by `sched_getaffinity`, for this thread (0).
-            // Failing, the worker stays off one processor until its next
-            // scan sets its processors again.
+            // Should it fail, the worker stays off that one processor: it
+            // still runs, only placed less freely.
             unsafe { libc::sched_setaffinity(0, size_of::<libc::cpu_set_t>(), &self.0) };
         }
     }
