@@ -83,10 +83,68 @@ impl Write for Stream {
     }
 }
 
+/// What came from the server and is not read yet.
+///
+/// Its memory stays initialised once written, so a read from the socket goes
+/// straight into the space after what is held, with nothing written first:
+/// growing a `Vec` by the read's size wrote 64 KiB of zeros before each
+/// read, whatever came.
+#[derive(Default)]
+pub(super) struct InBuf {
+    /// Held bytes first; after them, space written before (by an earlier
+    /// read, or zeros when it grew).
+    bytes: Vec<u8>,
+    /// How many of `bytes` are held.
+    len: usize,
+}
+
+impl InBuf {
+    pub(super) fn with_capacity(n: usize) -> InBuf {
+        InBuf {
+            bytes: Vec::with_capacity(n),
+            len: 0,
+        }
+    }
+
+    fn clear(&mut self) {
+        self.len = 0;
+    }
+
+    /// Drops the first `n` held bytes.
+    fn consume(&mut self, n: usize) {
+        self.bytes.copy_within(n..self.len, 0);
+        self.len -= n;
+    }
+
+    /// At least `want` bytes of space after what is held; zeroed only where
+    /// the buffer grows beyond its longest length yet.
+    fn space(&mut self, want: usize) -> &mut [u8] {
+        let end = self.len + want;
+        if self.bytes.len() < end {
+            self.bytes.resize(end, 0);
+        }
+        &mut self.bytes[self.len..]
+    }
+
+    /// Holds `n` more bytes, written into [`InBuf::space`].
+    fn filled(&mut self, n: usize) {
+        debug_assert!(self.len + n <= self.bytes.len());
+        self.len += n;
+    }
+}
+
+impl std::ops::Deref for InBuf {
+    type Target = [u8];
+
+    fn deref(&self) -> &[u8] {
+        &self.bytes[..self.len]
+    }
+}
+
 /// A kept-alive connection.
 pub(super) struct Conn {
     pub(super) stream: Stream,
-    pub(super) buf: Vec<u8>,
+    pub(super) buf: InBuf,
     /// Whether it already carried a request (a failure on a reused connection
     /// before any answer may be retried once on a new one).
     pub(super) reused: bool,
@@ -217,11 +275,11 @@ pub(super) fn exchange(
                 let len = framing.content_length.unwrap_or(0);
                 let keep = framing.keep_alive;
                 if status == 100 {
-                    c.buf.drain(..head);
+                    c.buf.consume(head);
                     continue;
                 }
                 let body = if let Some(sink) = sink.filter(|_| status == 200) {
-                    c.buf.drain(..head);
+                    c.buf.consume(head);
                     let framed = match framing.chunked {
                         true => Framed::Size,
                         false => Framed::Data(len),
@@ -230,14 +288,14 @@ pub(super) fn exchange(
                     Vec::new()
                 } else if framing.chunked {
                     // A large answer (a long list) comes in pieces.
-                    c.buf.drain(..head);
+                    c.buf.consume(head);
                     read_chunked(c).map_err(Retry::No)?
                 } else {
                     while c.buf.len() < head + len {
                         read_more(c).map_err(Retry::No)?;
                     }
                     let body = c.buf[head..head + len].to_vec();
-                    c.buf.drain(..head + len);
+                    c.buf.consume(head + len);
                     body
                 };
                 return Ok((
@@ -341,7 +399,7 @@ fn feed_body(c: &mut Conn, mut framed: Framed, sink: &mut Sink<'_>) -> Result<()
                 }
             }
         };
-        c.buf.drain(..at);
+        c.buf.consume(at);
         if done || !body.is_empty() {
             let used = sink(&body, done)?;
             body.drain(..used.min(body.len()));
@@ -376,7 +434,7 @@ fn read_chunked(c: &mut Conn) -> Result<Vec<u8>> {
                 }
                 read_more(c)?;
             };
-            c.buf.drain(..end);
+            c.buf.consume(end);
             return Ok(body);
         }
         let size = usize::try_from(size).map_err(|_| malformed())?;
@@ -388,7 +446,7 @@ fn read_chunked(c: &mut Conn) -> Result<Vec<u8>> {
             return Err(malformed());
         }
         body.extend_from_slice(&c.buf[start..end]);
-        c.buf.drain(..end + 2);
+        c.buf.consume(end + 2);
     }
 }
 
@@ -401,13 +459,12 @@ fn read_chunked(c: &mut Conn) -> Result<Vec<u8>> {
 fn read_first(c: &mut Conn) -> Result<()> {
     if c.spin.try_now() {
         if let Some(tcp) = c.stream.plain() {
-            let mut chunk = [0u8; 16 * 1024];
-            let got = poll_read(tcp, &mut chunk, c.spin.budget)?;
+            let got = poll_read(tcp, c.buf.space(READ_SIZE), c.spin.budget)?;
             c.spin.seen(got.is_some());
             match got {
                 Some(0) => return Err(closed()),
                 Some(n) => {
-                    c.buf.extend_from_slice(&chunk[..n]);
+                    c.buf.filled(n);
                     return Ok(());
                 }
                 None => {}
@@ -450,22 +507,51 @@ fn closed() -> Error {
 const READ_SIZE: usize = 64 * 1024;
 
 fn read_more(c: &mut Conn) -> Result<()> {
-    let len = c.buf.len();
-    c.buf.resize(len + READ_SIZE, 0);
-    let n = c.stream.read(&mut c.buf[len..]);
-    c.buf.truncate(len + *n.as_ref().unwrap_or(&0));
-    match n? {
+    match c.stream.read(c.buf.space(READ_SIZE))? {
         0 => Err(closed()),
-        _ => Ok(()),
+        n => {
+            c.buf.filled(n);
+            Ok(())
+        }
     }
 }
 
 #[cfg(test)]
 mod test {
-    use super::{exchange, write_request, Body, Conn, Request, Spin, Stream};
+    use super::{exchange, write_request, Body, Conn, InBuf, Request, Spin, Stream};
     use std::io::{Read, Write};
     use std::net::{TcpListener, TcpStream};
     use std::time::Duration;
+
+    /// Held bytes are exactly those filled and not consumed, in order: the
+    /// space a read writes into may hold older bytes, never shown as held.
+    #[test]
+    fn the_read_buffer_holds_what_was_filled_and_not_consumed() {
+        let mut b = InBuf::default();
+        let fill = |b: &mut InBuf, data: &[u8]| {
+            let space = b.space(4);
+            assert!(space.len() >= 4);
+            space[..data.len()].copy_from_slice(data);
+            b.filled(data.len());
+        };
+        fill(&mut b, b"abcd");
+        fill(&mut b, b"ef");
+        assert_eq!(&*b, b"abcdef");
+        b.consume(4);
+        assert_eq!(&*b, b"ef");
+        // The bytes after "ef" are still "ef" from before the consume.
+        fill(&mut b, b"g");
+        assert_eq!(&*b, b"efg");
+        b.consume(3);
+        assert!(b.is_empty());
+        fill(&mut b, b"hi");
+        b.clear();
+        assert!(b.is_empty());
+        // A read that fills nothing holds nothing more.
+        let _ = b.space(1024);
+        b.filled(0);
+        assert_eq!(&*b, b"");
+    }
 
     /// What `write_request` puts on the wire for a body made in `pieces`
     /// and announced as `len` bytes, and whether it succeeded.
@@ -524,7 +610,7 @@ mod test {
         });
         let mut c = Conn {
             stream: Stream::Plain(tcp),
-            buf: Vec::new(),
+            buf: InBuf::default(),
             reused: false,
             spin: Spin::new(Duration::ZERO),
         };

@@ -9,7 +9,7 @@ use std::sync::PoisonError;
 
 use burrow_core::Result;
 
-use super::conn::{Conn, Request, Sink, Spin, Stream};
+use super::conn::{Conn, InBuf, Request, Sink, Spin, Stream};
 use super::reply::Reply;
 use super::RemoteEngine;
 
@@ -30,7 +30,7 @@ impl RemoteEngine {
         let stream = Stream::Plain(stream);
         Ok(Conn {
             stream,
-            buf: Vec::with_capacity(8192),
+            buf: InBuf::with_capacity(8192),
             reused: false,
             spin: Spin::new(self.spin_wait),
         })
