@@ -30,8 +30,8 @@
 //! 3.08–3.30M. Either alone left most reads below 2.8M: 11 of 16 and 20 of 36.
 //! What no placement within the machine helps: two processors that share no
 //! cache (vCPUs a host put on different core complexes) move every chunk
-//! between their caches, and the worker ran 2.5 times slower there (1.54–1.63M
-//! rows/s for the same read).
+//! between their caches, and the worker runs far slower there (measured in
+//! `docs/external.md`).
 
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::sync::mpsc::{self, Receiver, Sender};
