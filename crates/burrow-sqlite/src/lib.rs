@@ -67,6 +67,7 @@
 //! indexes with [`schema`], so each is written once for both engines.
 
 mod backup;
+mod cells;
 #[cfg(feature = "encryption")]
 mod crypt;
 mod hot;

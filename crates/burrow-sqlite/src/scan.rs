@@ -28,10 +28,9 @@
 //! rows, one timed read per process, 18 processes each): 6 of 18 reads ran at
 //! 2.8M rows/s or more without either (1.43–3.10M); with both, all 18 ran at
 //! 3.08–3.30M. Either alone left most reads below 2.8M: 11 of 16 and 20 of 36.
-//! What no placement within the machine helps: two processors that share no
-//! cache (vCPUs a host put on different core complexes) move every chunk
-//! between their caches, and the worker runs far slower there (measured in
-//! `docs/external.md`).
+//! Where the two processors share no cache, every chunk crosses between
+//! caches; how a chunk is handed over so that the worker does not wait for
+//! that is in `crate::cells`.
 
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::sync::mpsc::{self, Receiver, Sender};

@@ -51,6 +51,7 @@ use rusqlite::vtab::{
     VTabCursor, VTabKind,
 };
 
+use crate::cells::{copy_chunk, Buffers, Cell, Held};
 use crate::schema::column_type;
 use crate::statements::quote;
 
@@ -117,29 +118,28 @@ unsafe extern "C" fn column(
     let cell = usize::try_from(i)
         .ok()
         .filter(|&i| i < cursor.stride())
-        .and_then(|i| cursor.cells.get(cursor.row * cursor.stride() + i));
+        .and_then(|i| cursor.cells.get(cursor.row * cursor.stride() + i))
+        .map(Cell::get);
     // SAFETY: `ctx` is the context SQLite passed for this call; a text or
     // blob range lies within `bytes`, and its length was checked to fit.
     unsafe {
         match cell {
-            Some(Cell::Null) => ffi::sqlite3_result_null(ctx),
-            Some(&Cell::Int(v)) => ffi::sqlite3_result_int64(ctx, v),
-            Some(&Cell::Real(v)) => ffi::sqlite3_result_double(ctx, v),
-            Some(&Cell::Text(a, b)) | Some(&Cell::Blob(a, b))
-                if c_int::try_from(b - a).is_err() =>
-            {
+            Some(Held::Null) => ffi::sqlite3_result_null(ctx),
+            Some(Held::Int(v)) => ffi::sqlite3_result_int64(ctx, v),
+            Some(Held::Real(v)) => ffi::sqlite3_result_double(ctx, v),
+            Some(Held::Text(a, b)) | Some(Held::Blob(a, b)) if c_int::try_from(b - a).is_err() => {
                 ffi::sqlite3_result_error_toobig(ctx)
             }
             // The 64-bit call ends SQLite's copy with a NUL where it fits,
             // which spares the reader of the text a reallocation to add one.
-            Some(&Cell::Text(a, b)) => ffi::sqlite3_result_text64(
+            Some(Held::Text(a, b)) => ffi::sqlite3_result_text64(
                 ctx,
                 cursor.bytes.as_ptr().add(a).cast(),
                 (b - a) as u64,
                 ffi::SQLITE_TRANSIENT(),
                 ffi::SQLITE_UTF8 as u8,
             ),
-            Some(&Cell::Blob(a, b)) => ffi::sqlite3_result_blob(
+            Some(Held::Blob(a, b)) => ffi::sqlite3_result_blob(
                 ctx,
                 cursor.bytes.as_ptr().add(a).cast(),
                 (b - a) as c_int,
@@ -488,17 +488,6 @@ impl CreateVTab<'_> for VirtualTable {
     const KIND: VTabKind = VTabKind::Default;
 }
 
-/// One value of a scanned row, as SQLite stores it; text and blobs are ranges
-/// of the cursor's byte buffer.
-#[derive(Clone, Copy)]
-enum Cell {
-    Null,
-    Int(i64),
-    Real(f64),
-    Text(usize, usize),
-    Blob(usize, usize),
-}
-
 /// A scan of a virtual table: the rows the engine returned, `1 + fields` cells
 /// per row, already in SQLite's form. Text and blobs share one byte buffer and
 /// dates are written as text once, so a scan allocates nothing per row.
@@ -526,9 +515,6 @@ pub struct VirtualCursor<'vtab> {
     /// How long the next wait for a chunk stays awake ([`wait_for_chunk`]).
     awake: Duration,
 }
-
-/// A chunk's cells and bytes, sent back once SQLite has read them.
-type Buffers = (Vec<Cell>, Vec<u8>);
 
 /// What a scan worker sends its cursor.
 enum Chunk {
@@ -572,12 +558,12 @@ fn push_row(
     cells: &mut Vec<Cell>,
     bytes: &mut Vec<u8>,
 ) -> burrow_core::Result<()> {
-    cells.push(Cell::Int(row.id()?));
+    cells.push(Held::Int(row.id()?).into());
     let typed = row.typed();
     for (i, f) in table.fields.iter().enumerate() {
         if typed {
             if let Some(cell) = typed_cell(f.kind, row, i, bytes)? {
-                cells.push(cell);
+                cells.push(cell.into());
                 continue;
             }
         }
@@ -585,7 +571,7 @@ fn push_row(
         // not parsed and written again.
         if let Some(t) = row.written_text(i) {
             let (a, b) = keep(bytes, t.as_bytes());
-            cells.push(Cell::Text(a, b));
+            cells.push(Held::Text(a, b).into());
             continue;
         }
         push_cell(cells, bytes, &row.get(i)?)
@@ -611,31 +597,23 @@ fn stream(
 ) {
     let stride = table.fields.len() + 1;
     let mut rows = FIRST_CHUNK_ROWS;
-    let (mut cells, mut bytes) = (Vec::with_capacity(rows * stride), Vec::new());
+    // The worker's own buffers: each full chunk is copied out of them
+    // ([`copy_chunk`]), so the engine's rows are written into lines no other
+    // processor reads.
+    let (mut cells, mut bytes) = (Vec::with_capacity(CHUNK_ROWS * stride), Vec::new());
     let read = catch_unwind(AssertUnwindSafe(|| {
         engine.select(table, select, &mut |row| {
             push_row(table, row, &mut cells, &mut bytes)?;
             if cells.len() >= rows * stride {
                 rows = (rows * 2).min(CHUNK_ROWS);
-                // A chunk SQLite has read is filled again: fresh memory for
+                // A chunk SQLite has read carries the next: fresh memory for
                 // every chunk is touched page by page, and freed to the
                 // allocator from another thread.
-                let (next_cells, next_bytes) = match spent.try_recv() {
-                    Ok((mut c, mut b)) => {
-                        c.clear();
-                        b.clear();
-                        c.reserve(rows * stride);
-                        b.reserve(bytes.len());
-                        (c, b)
-                    }
-                    Err(_) => (
-                        Vec::with_capacity(rows * stride),
-                        Vec::with_capacity(bytes.capacity()),
-                    ),
-                };
-                let full = std::mem::replace(&mut cells, next_cells);
-                let text = std::mem::replace(&mut bytes, next_bytes);
-                out.send(Chunk::Rows(full, text))
+                let mut chunk = spent.try_recv().unwrap_or_default();
+                copy_chunk(&cells, &bytes, &mut chunk);
+                cells.clear();
+                bytes.clear();
+                out.send(Chunk::Rows(chunk.0, chunk.1))
                     .map_err(|_| burrow_core::Error::Unsupported("the scan was dropped".into()))?;
             }
             Ok(())
@@ -665,19 +643,20 @@ fn keep(bytes: &mut Vec<u8>, t: &[u8]) -> (usize, usize) {
 /// Appends `v` in SQLite's form.
 fn push_cell(cells: &mut Vec<Cell>, bytes: &mut Vec<u8>, v: &ValueRef<'_>) -> rusqlite::Result<()> {
     let mut buf = [0u8; DATETIME_BUF];
-    cells.push(match crate::stored(v, &mut buf)? {
-        SqlValue::Null => Cell::Null,
-        SqlValue::Integer(i) => Cell::Int(i),
-        SqlValue::Real(f) => Cell::Real(f),
+    let held = match crate::stored(v, &mut buf)? {
+        SqlValue::Null => Held::Null,
+        SqlValue::Integer(i) => Held::Int(i),
+        SqlValue::Real(f) => Held::Real(f),
         SqlValue::Text(t) => {
             let (a, b) = keep(bytes, t);
-            Cell::Text(a, b)
+            Held::Text(a, b)
         }
         SqlValue::Blob(t) => {
             let (a, b) = keep(bytes, t);
-            Cell::Blob(a, b)
+            Held::Blob(a, b)
         }
-    });
+    };
+    cells.push(held.into());
     Ok(())
 }
 
@@ -691,11 +670,11 @@ fn typed_cell(
     row: &dyn Row,
     idx: usize,
     bytes: &mut Vec<u8>,
-) -> burrow_core::Result<Option<Cell>> {
+) -> burrow_core::Result<Option<Held>> {
     use burrow_core::datetime::{is_written_date, is_written_datetime, write_date, write_datetime};
     let text = |t: &str, bytes: &mut Vec<u8>| {
         let (a, b) = keep(bytes, t.as_bytes());
-        Cell::Text(a, b)
+        Held::Text(a, b)
     };
     Ok(match kind {
         FieldKind::Text => row.text(idx)?.map(|t| text(t, bytes)),
@@ -719,7 +698,7 @@ fn typed_cell(
         | FieldKind::I32
         | FieldKind::U32
         | FieldKind::Reference(_)
-        | FieldKind::Currency => row.int(idx)?.map(Cell::Int),
+        | FieldKind::Currency => row.int(idx)?.map(Held::Int),
         _ => None,
     })
 }
@@ -1053,8 +1032,8 @@ unsafe impl VTabCursor for VirtualCursor<'_> {
     }
 
     fn rowid(&self) -> rusqlite::Result<i64> {
-        match self.cells.get(self.row * self.stride()) {
-            Some(Cell::Int(id)) => Ok(*id),
+        match self.cells.get(self.row * self.stride()).map(Cell::get) {
+            Some(Held::Int(id)) => Ok(id),
             _ => Err(rusqlite::Error::ModuleError("no current row".into())),
         }
     }
