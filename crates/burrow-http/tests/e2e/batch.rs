@@ -432,13 +432,21 @@ fn what_parsed_batches_hold_is_bounded() -> TestResult {
     }
     // Inside a transaction, writes run as the body is parsed: the ones
     // that ran before the bound was passed fail the transaction, as a late
-    // fault in a body does.
+    // fault in a body does. With the server's parser thread still busy
+    // (finishing the body before), the body is parsed whole here first and
+    // refused before any write ran, which leaves the transaction going on.
+    // Either way the answer says which, and the transaction's end agrees.
     let mut c = RawConn::open(addr);
     assert_eq!(req(&mut c, "BEGIN", "/root", "", b"")?.status, 200);
     let r = req(&mut c, "PUT", "/root/Batch", "", &empty(24_000))?;
     assert_error(&r, 413);
-    assert!(r.text().contains("rolled back: end it"), "{}", r.text());
-    assert_error(&req(&mut c, "END", "/root", "", b"")?, 400);
+    assert!(r.text().contains("smaller batches"), "{}", r.text());
+    let end = req(&mut c, "END", "/root", "", b"")?;
+    if r.text().contains("rolled back: end it") {
+        assert_error(&end, 400);
+    } else {
+        assert_eq!(end.status, 200, "{}", end.text());
+    }
     assert_eq!(count(db), 0);
     // A small one, refused before any write ran, leaves it going on.
     assert_eq!(req(&mut c, "BEGIN", "/root", "", b"")?.status, 200);
