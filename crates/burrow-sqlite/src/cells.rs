@@ -37,7 +37,8 @@ enum Kind {
 
 /// One value of a scanned row in the form a chunk keeps it: three words
 /// with every byte written (no padding and no unused payload, as an enum's
-/// would leave), so that a chunk can be copied word by word ([`copy_chunk`]).
+/// would leave), so that a chunk can be copied as plain bytes, 16 at a time
+/// ([`copy_chunk`]).
 #[derive(Clone, Copy)]
 #[repr(C)]
 pub struct Cell {
@@ -97,7 +98,7 @@ pub fn copy_chunk(cells: &[Cell], bytes: &[u8], to: &mut Buffers) {
 }
 
 /// A type whose every byte is written in every value, so that its values
-/// can be read as words.
+/// can be read as plain bytes, in lanes of any width.
 ///
 /// # Safety
 /// The type has no padding, and no variant leaves bytes unwritten.
