@@ -206,11 +206,26 @@ impl Orm for Database {
         options: BatchOptions,
         stop_on_error: bool,
     ) -> Result<Vec<BatchResult>> {
-        let mut engines = Vec::with_capacity(items.len());
-        for item in items {
-            engines.push(self.engine_index(item.table)?);
+        // Runs of items in one engine, not an engine per item: a 10,000-item
+        // batch of one table had its engine written 10,000 times into memory
+        // no cache held, then copied and sorted per chunk.
+        let mut runs: Vec<transaction::Run> = Vec::new();
+        let mut last: Option<&'static Table> = None;
+        for (i, item) in items.iter().enumerate() {
+            if last.is_some_and(|t| std::ptr::eq(t, item.table)) {
+                if let Some(run) = runs.last_mut() {
+                    run.end = i + 1;
+                }
+                continue;
+            }
+            let engine = self.engine_index(item.table)?;
+            last = Some(item.table);
+            match runs.last_mut() {
+                Some(run) if run.engine == engine => run.end = i + 1,
+                _ => runs.push(transaction::Run { engine, end: i + 1 }),
+            }
         }
-        transaction::run_batch(&self.engines, items, &engines, options, stop_on_error)
+        transaction::run_batch(&self.engines, items, &runs, options, stop_on_error)
     }
 }
 

@@ -65,5 +65,5 @@ pub mod driver {
     }
     pub use crate::storage::{apply_each, apply_one};
     pub use crate::text::utf8;
-    pub use crate::transaction::{engine_order, next_tx_token, run_batch, same_engine};
+    pub use crate::transaction::{engine_order, next_tx_token, run_batch, same_engine, Run};
 }

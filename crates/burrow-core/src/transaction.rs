@@ -202,18 +202,28 @@ fn shift(err: Error, by: usize) -> Error {
     }
 }
 
-/// Runs batch items on their engines (`which[i]` indexes `engines`, which are
-/// in the global order) with the commit rules of [`BatchOptions`], outside any
-/// transaction of the caller's: chunks of `auto_transaction_rows` items (the
-/// whole batch with `rollback_on_error`) each run in a transaction of every
-/// engine they involve, taken in order. `stop_on_error` stops at the first
-/// failed item and keeps what ran before it; with `rollback_on_error` the
-/// batch is undone instead. A failure of an engine itself rolls back the
-/// chunk in progress.
+/// Consecutive batch items in one engine: those from the end of the run
+/// before (or the first) up to `end`, exclusive, run on `engines[engine]`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Run {
+    /// The engine's index in the engines the batch runs on.
+    pub engine: usize,
+    /// The index of the first item past the run.
+    pub end: usize,
+}
+
+/// Runs batch items on their engines (`runs` cover `items` in order, each
+/// naming an index of `engines`, which are in the global order) with the
+/// commit rules of [`BatchOptions`], outside any transaction of the
+/// caller's: chunks of `auto_transaction_rows` items (the whole batch with
+/// `rollback_on_error`) each run in a transaction of every engine they
+/// involve, taken in order. `stop_on_error` stops at the first failed item
+/// and keeps what ran before it; with `rollback_on_error` the batch is undone
+/// instead. A failure of an engine itself rolls back the chunk in progress.
 pub fn run_batch(
     engines: &[Arc<dyn Storage>],
     items: &[BatchItem<'_>],
-    which: &[usize],
+    runs: &[Run],
     opts: BatchOptions,
     stop_on_error: bool,
 ) -> Result<Vec<BatchResult>> {
@@ -226,10 +236,26 @@ pub fn run_batch(
     };
     let mut results = Vec::with_capacity(items.len());
     let mut start = 0;
+    // The first run that ends after `start`.
+    let mut first_run = 0;
     while start < items.len() {
         let end = (start + chunk).min(items.len());
+        while runs.get(first_run).is_some_and(|r| r.end <= start) {
+            first_run += 1;
+        }
+        // The runs of this chunk, each cut to it, with where each starts.
+        let mut pieces: Vec<(usize, usize, usize)> = Vec::new();
+        let mut from = start;
+        for r in &runs[first_run..] {
+            if from >= end {
+                break;
+            }
+            let to = r.end.min(end);
+            pieces.push((r.engine, from, to));
+            from = to;
+        }
         // The engines of this chunk, in the global order.
-        let mut involved: Vec<usize> = which[start..end].to_vec();
+        let mut involved: Vec<usize> = pieces.iter().map(|p| p.0).collect();
         involved.sort_unstable();
         involved.dedup();
         if use_tx && involved.len() == 1 {
@@ -252,15 +278,9 @@ pub fn run_batch(
                 txs.push((e, engines[e].clone().begin()?));
             }
         }
-        let mut run = start;
         let mut outcome = Ok(());
         let mut item_failed = false;
-        while run < end {
-            let e = which[run];
-            let mut run_end = run + 1;
-            while run_end < end && which[run_end] == e {
-                run_end += 1;
-            }
+        for &(e, run, run_end) in &pieces {
             let rows: &dyn RowOps = match txs.iter().find(|(x, _)| *x == e) {
                 Some((_, tx)) => &**tx,
                 None => &*engines[e],
@@ -274,7 +294,6 @@ pub fn run_batch(
             if outcome.is_err() {
                 break;
             }
-            run = run_end;
         }
         // Keep what ran only when an item stopped a stop-on-error batch.
         let keep = outcome.is_ok() || (item_failed && !opts.rollback_on_error);

@@ -22,6 +22,7 @@ conformance!(
     batch_update_fields_writes_only_those_fields,
     batch_ids_after_the_largest_id,
     rollback_on_error_across_two_engines,
+    chunks_cut_across_runs_of_two_engines,
 );
 
 /// What the results should look like, item by item.
@@ -616,5 +617,77 @@ fn rollback_on_error_across_two_engines(f: &dyn Factory) -> TestResult {
     if let Some(exists) = a.raw_table_exists("Tag") {
         assert!(!exists?, "no stored Tag table in the first engine");
     }
+    Ok(())
+}
+
+/// Items of two engines in runs (Sample, Sample, Tag, Tag, Tag, Sample,
+/// Tag, Sample), cut by chunks of three that start and end inside runs: every
+/// item lands in its own engine, results come back in item order, and a
+/// failure inside a cut run is reported at its index in the batch, the chunks
+/// before it kept, its own undone, the ones after it applied.
+fn chunks_cut_across_runs_of_two_engines(f: &dyn Factory) -> TestResult {
+    let a = f.fresh()?;
+    let b = f.fresh()?;
+    let c = Database::builder(model())
+        .default_engine(a.engine_for(Model::new().with::<Sample>())?)
+        .place::<Tag>(b.engine_for(Model::new().with::<Tag>())?)
+        .open()?;
+    let mut owner = Sample::new("owner", 1, "1");
+    c.add(&mut owner)?;
+    let kinds = "SSTTTSTS";
+    let fill = |batch: &mut Batch, round: u32, taken: Option<usize>| {
+        for (i, k) in kinds.chars().enumerate() {
+            match k {
+                'S' => batch.add(Sample::new(&format!("s{round}-{i}"), i as i32, "1")),
+                _ if Some(i) == taken => batch.add(Tag::new("taken", owner.id)),
+                _ => batch.add(Tag::new(&format!("t{round}-{i}"), owner.id)),
+            };
+        }
+    };
+    let mut batch = Batch::new().auto_transaction_rows(3);
+    fill(&mut batch, 0, None);
+    let results = c.send(&mut batch)?;
+    check_results(
+        &results,
+        &[
+            Want::Added,
+            Want::Added,
+            Want::Added,
+            Want::Added,
+            Want::Added,
+            Want::Added,
+            Want::Added,
+            Want::Added,
+        ],
+    )?;
+    assert_eq!(c.count::<Sample>("", &[])?, 5);
+    assert_eq!(c.count::<Tag>("", &[])?, 4);
+    if let Some(n) = b.raw_count("Tag") {
+        assert_eq!(n?, 4, "tags live in the second engine");
+    }
+    // Item 4, a Tag inside the second chunk (items 3 to 5) and inside a run,
+    // fails as a duplicate: it alone is reported failed, the rest applies.
+    c.add(&mut Tag::new("taken", owner.id))?;
+    let (samples, tags) = (c.count::<Sample>("", &[])?, c.count::<Tag>("", &[])?);
+    let mut batch = Batch::new().auto_transaction_rows(3);
+    fill(&mut batch, 1, Some(4));
+    let results = c.send(&mut batch)?;
+    let mut want: Vec<Want> = kinds.chars().map(|_| Want::Added).collect();
+    want[4] = Want::Failed(ErrorKind::UniqueViolation);
+    check_results(&results, &want)?;
+    assert_eq!(c.count::<Sample>("", &[])?, samples + 4);
+    assert_eq!(c.count::<Tag>("", &[])?, tags + 3);
+    // With rollback-on-error, the same failure is reported at index 4 and
+    // leaves nothing of the batch.
+    let before = snapshot(&c)?;
+    let mut batch = Batch::new().rollback_on_error(true);
+    fill(&mut batch, 2, Some(4));
+    match c.send(&mut batch) {
+        Err(Error::Batch { index: 4, source }) => {
+            assert_eq!(source.kind(), ErrorKind::UniqueViolation);
+        }
+        other => return Err(format!("expected Error::Batch at 4, got {other:?}").into()),
+    }
+    same(&snapshot(&c)?, &before, "nothing remains in either engine")?;
     Ok(())
 }
