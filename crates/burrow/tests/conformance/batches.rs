@@ -581,7 +581,11 @@ fn no_id_after_the_largest(f: &dyn Factory, c: &Database, results: &[BatchResult
     Ok(())
 }
 
-fn rollback_on_error_across_two_engines(f: &dyn Factory) -> TestResult {
+/// Samples in one fresh store, tags in another, one client over both, and a
+/// sample the tags can belong to.
+fn two_engines(
+    f: &dyn Factory,
+) -> Result<(Store, Store, Database, Sample), Box<dyn std::error::Error>> {
     let a = f.fresh()?;
     let b = f.fresh()?;
     let c = Database::builder(model())
@@ -590,6 +594,11 @@ fn rollback_on_error_across_two_engines(f: &dyn Factory) -> TestResult {
         .open()?;
     let mut owner = Sample::new("owner", 1, "1");
     c.add(&mut owner)?;
+    Ok((a, b, c, owner))
+}
+
+fn rollback_on_error_across_two_engines(f: &dyn Factory) -> TestResult {
+    let (a, b, c, owner) = two_engines(f)?;
     let mut t = Tag::new("taken", owner.id);
     c.add(&mut t)?;
     let before = snapshot(&c)?;
@@ -623,17 +632,11 @@ fn rollback_on_error_across_two_engines(f: &dyn Factory) -> TestResult {
 /// Items of two engines in runs (Sample, Sample, Tag, Tag, Tag, Sample,
 /// Tag, Sample), cut by chunks of three that start and end inside runs: every
 /// item lands in its own engine, results come back in item order, and a
-/// failure inside a cut run is reported at its index in the batch, the chunks
-/// before it kept, its own undone, the ones after it applied.
+/// failure inside a cut run is reported for that item alone (the rest
+/// applies), or, with rollback-on-error, at its index in the batch with
+/// nothing of the batch left.
 fn chunks_cut_across_runs_of_two_engines(f: &dyn Factory) -> TestResult {
-    let a = f.fresh()?;
-    let b = f.fresh()?;
-    let c = Database::builder(model())
-        .default_engine(a.engine_for(Model::new().with::<Sample>())?)
-        .place::<Tag>(b.engine_for(Model::new().with::<Tag>())?)
-        .open()?;
-    let mut owner = Sample::new("owner", 1, "1");
-    c.add(&mut owner)?;
+    let (a, b, c, owner) = two_engines(f)?;
     let kinds = "SSTTTSTS";
     let fill = |batch: &mut Batch, round: u32, taken: Option<usize>| {
         for (i, k) in kinds.chars().enumerate() {
@@ -664,6 +667,9 @@ fn chunks_cut_across_runs_of_two_engines(f: &dyn Factory) -> TestResult {
     assert_eq!(c.count::<Tag>("", &[])?, 4);
     if let Some(n) = b.raw_count("Tag") {
         assert_eq!(n?, 4, "tags live in the second engine");
+    }
+    if let Some(n) = a.raw_count("Sample") {
+        assert_eq!(n?, 5, "samples live in the first engine");
     }
     // Item 4, a Tag inside the second chunk (items 3 to 5) and inside a run,
     // fails as a duplicate: it alone is reported failed, the rest applies.
