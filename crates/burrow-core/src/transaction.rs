@@ -227,6 +227,23 @@ pub fn run_batch(
     opts: BatchOptions,
     stop_on_error: bool,
 ) -> Result<Vec<BatchResult>> {
+    // Runs that leave items out would skip them without a word.
+    let mut covered = 0;
+    for r in runs {
+        if r.end <= covered || r.engine >= engines.len() {
+            return Err(Error::BadInput(format!(
+                "batch runs must end in increasing order on one of {} engines: {r:?} after item {covered}",
+                engines.len()
+            )));
+        }
+        covered = r.end;
+    }
+    if covered != items.len() {
+        return Err(Error::BadInput(format!(
+            "batch runs cover {covered} items of {}",
+            items.len()
+        )));
+    }
     let stop = opts.rollback_on_error || stop_on_error;
     let use_tx = opts.rollback_on_error || opts.auto_transaction_rows > 0;
     let chunk = if opts.rollback_on_error || opts.auto_transaction_rows == 0 {
@@ -307,4 +324,51 @@ pub fn run_batch(
         start = end;
     }
     Ok(results)
+}
+
+#[cfg(test)]
+mod test {
+    use super::{run_batch, Run};
+    use crate::batch::BatchOptions;
+    use crate::error::Error;
+    use crate::schema::{Field, FieldKind, Table};
+    use crate::storage::{BatchItem, BatchOp};
+
+    static NOTE: Table = Table {
+        name: "Note",
+        fields: &[Field::new("Title", FieldKind::Text)],
+    };
+
+    /// Runs that leave items out, overlap, or name no engine are refused
+    /// before any item runs: nothing is skipped without a word.
+    #[test]
+    fn runs_that_do_not_cover_the_items_exactly_are_refused() {
+        let items: Vec<BatchItem<'_>> = (1..=3)
+            .map(|id| BatchItem {
+                table: &NOTE,
+                op: BatchOp::Delete { id },
+            })
+            .collect();
+        let bad: [&[Run]; 5] = [
+            &[],
+            &[Run { engine: 0, end: 2 }],
+            &[
+                Run { engine: 0, end: 2 },
+                Run { engine: 0, end: 2 },
+                Run { engine: 0, end: 3 },
+            ],
+            &[Run { engine: 0, end: 4 }],
+            &[Run { engine: 0, end: 3 }],
+        ];
+        for runs in bad {
+            // No engines at all: the last one names engine 0 of none.
+            match run_batch(&[], &items, runs, BatchOptions::default(), false) {
+                Err(Error::BadInput(_)) => {}
+                other => panic!("{runs:?} accepted: {other:?}"),
+            }
+        }
+        // No items and no runs: nothing to do.
+        let none = run_batch(&[], &[], &[], BatchOptions::default(), false).expect("empty batch");
+        assert!(none.is_empty());
+    }
 }
