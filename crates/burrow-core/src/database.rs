@@ -210,16 +210,8 @@ impl Orm for Database {
         // batch of one table had its engine written 10,000 times into memory
         // no cache held, then copied and sorted per chunk.
         let mut runs: Vec<transaction::Run> = Vec::new();
-        let mut last: Option<&'static Table> = None;
         for (i, item) in items.iter().enumerate() {
-            if last.is_some_and(|t| std::ptr::eq(t, item.table)) {
-                if let Some(run) = runs.last_mut() {
-                    run.end = i + 1;
-                }
-                continue;
-            }
             let engine = self.engine_index(item.table)?;
-            last = Some(item.table);
             match runs.last_mut() {
                 Some(run) if run.engine == engine => run.end = i + 1,
                 _ => runs.push(transaction::Run { engine, end: i + 1 }),

@@ -255,13 +255,17 @@ pub fn run_batch(
     let mut start = 0;
     // The first run that ends after `start`.
     let mut first_run = 0;
+    // Each chunk's runs, cut to it, and its engines: kept across chunks, as
+    // a batch of one-item chunks would otherwise allocate both per item.
+    let mut pieces: Vec<(usize, usize, usize)> = Vec::new();
+    let mut involved: Vec<usize> = Vec::new();
     while start < items.len() {
         let end = (start + chunk).min(items.len());
         while runs.get(first_run).is_some_and(|r| r.end <= start) {
             first_run += 1;
         }
         // The runs of this chunk, each cut to it, with where each starts.
-        let mut pieces: Vec<(usize, usize, usize)> = Vec::new();
+        pieces.clear();
         let mut from = start;
         for r in &runs[first_run..] {
             if from >= end {
@@ -272,7 +276,8 @@ pub fn run_batch(
             from = to;
         }
         // The engines of this chunk, in the global order.
-        let mut involved: Vec<usize> = pieces.iter().map(|p| p.0).collect();
+        involved.clear();
+        involved.extend(pieces.iter().map(|p| p.0));
         involved.sort_unstable();
         involved.dedup();
         if use_tx && involved.len() == 1 {
