@@ -167,7 +167,9 @@ pub trait Conn: Send {
     /// Runs `sql`, a multi-row insert of `t` with one row of parameters per
     /// item of `adds` (each an add): the fields of each record in turn, in
     /// their storage form. The default collects the values and runs
-    /// [`Conn::execute`]; SQLite binds them straight from the records.
+    /// [`Conn::execute`]; SQLite binds them straight from the records, and
+    /// the automatic times all rows share once, with a statement of its own
+    /// ([`TableSql::bulk_insert_shared`]).
     fn insert_rows(
         &mut self,
         t: &TableSql,

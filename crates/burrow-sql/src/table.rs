@@ -37,8 +37,12 @@ pub struct TableSql {
     pub max_id: String,
     /// Partial updates, by field list.
     update_some: Mutex<HashMap<Vec<usize>, Arc<str>>>,
-    /// Multi-row inserts, by row count.
-    bulk: Mutex<HashMap<usize, Arc<str>>>,
+    /// SQLite: the fields a batch stamps with one time for all its records,
+    /// which a multi-row insert binds once when its rows share them
+    /// ([`burrow_sqlite::statements::shared_times`]); empty elsewhere.
+    pub shared: Vec<usize>,
+    /// Multi-row inserts, by row count and whether they bind `shared` once.
+    bulk: Mutex<HashMap<(usize, bool), Arc<str>>>,
 }
 
 impl TableSql {
@@ -73,6 +77,11 @@ impl TableSql {
             update_all: names.update_all(),
             delete: names.delete(),
             max_id: names.max_id(),
+            shared: if dialect == Dialect::Sqlite {
+                burrow_sqlite::statements::shared_times(table)
+            } else {
+                Vec::new()
+            },
             names,
             update_some: Mutex::new(HashMap::new()),
             bulk: Mutex::new(HashMap::new()),
@@ -114,12 +123,28 @@ impl TableSql {
     /// A multi-row `INSERT … VALUES (…),(…)` of `rows` rows with new IDs
     /// (MySQL, SQLite), built once per row count.
     pub fn bulk_insert(&self, rows: usize) -> Arc<str> {
+        self.bulk_sql(rows, false)
+    }
+
+    /// SQLite: the same with the [`TableSql::shared`] fields bound once for
+    /// all rows ([`TableNames::insert_rows_shared`]).
+    pub fn bulk_insert_shared(&self, rows: usize) -> Arc<str> {
+        self.bulk_sql(rows, true)
+    }
+
+    fn bulk_sql(&self, rows: usize, shared: bool) -> Arc<str> {
         let mut m = self.bulk.lock().unwrap_or_else(PoisonError::into_inner);
         if m.len() > 64 {
             m.clear();
         }
-        m.entry(rows)
-            .or_insert_with(|| self.names.insert_rows(rows).into())
+        m.entry((rows, shared))
+            .or_insert_with(|| {
+                if shared {
+                    self.names.insert_rows_shared(rows, &self.shared).into()
+                } else {
+                    self.names.insert_rows(rows).into()
+                }
+            })
             .clone()
     }
 

@@ -29,6 +29,7 @@ pub struct Hot {
     pub update_all: Statement<'static>,
     pub delete: Statement<'static>,
     pub bulk_insert: RawStmt,
+    pub bulk_insert_shared: Option<RawStmt>,
 }
 
 /// Sets up the SQLite library for Burrow once per process, before its first
@@ -107,6 +108,10 @@ impl Hot {
             update_all: keep(conn, &sql.update_all)?,
             delete: keep(conn, &sql.delete)?,
             bulk_insert: RawStmt::prepare(conn, &sql.bulk_insert)?,
+            bulk_insert_shared: match &sql.bulk_insert_shared {
+                Some(text) => Some(RawStmt::prepare(conn, text)?),
+                None => None,
+            },
         })
     }
 }
@@ -189,15 +194,19 @@ impl KeptStatement<'_> {
     /// Runs a multi-row insert whose parameters are the fields of each of
     /// `rows` in turn, bound in place straight from the records (see
     /// [`crate::execute_in_place`]), each value as `map` gives it from its
-    /// field's index and the record's value; returns the rows changed.
+    /// field's index and the record's value; returns the rows changed. With
+    /// `shared` fields, the statement is one of
+    /// [`crate::statements::TableNames::insert_rows_shared`] and the rows
+    /// [`crate::statements::rows_share`] them: they are bound once, first.
     pub fn insert_in_place<'r>(
         &mut self,
         table: &burrow_core::Table,
         rows: impl Iterator<Item = &'r dyn burrow_core::Fields> + Clone,
+        shared: &[usize],
         dates: &mut crate::DateTexts,
         map: impl Fn(usize, burrow_core::ValueRef<'r>) -> burrow_core::ValueRef<'r>,
     ) -> rusqlite::Result<usize> {
-        crate::insert_in_place(self.0, table, None, rows, dates, map)
+        crate::insert_in_place(self.0, table, None, rows, shared, dates, map)
     }
 
     /// Runs a statement that returns rows; the statement is reset when the

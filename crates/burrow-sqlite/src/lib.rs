@@ -717,11 +717,17 @@ pub fn execute_in_place(
 /// fields are read twice: first to write out their text. Each value is
 /// bound as `map` gives it, from its field's index and the record's value
 /// (the external SQL layer's storage form; the identity here).
+///
+/// With `shared` fields (a statement of
+/// [`statements::TableNames::insert_rows_shared`], rows that
+/// [`statements::rows_share`] them), those are bound once, from the first
+/// row, before every row's other fields.
 pub(crate) fn insert_in_place<'r, I, M>(
     stmt: &mut RawStmt,
     table: &Table,
     id: Option<i64>,
     rows: I,
+    shared: &[usize],
     dates: &mut DateTexts,
     map: M,
 ) -> rusqlite::Result<usize>
@@ -731,10 +737,21 @@ where
 {
     let date_field =
         |i: usize| matches!(table.fields[i].kind, FieldKind::Date | FieldKind::DateTime);
+    let own = |i: &usize| !shared.contains(i);
     let nf = table.fields.len();
+    let first = if shared.is_empty() {
+        None
+    } else {
+        rows.clone().next()
+    };
     dates.start();
+    if let Some(row) = first {
+        for &i in shared.iter().filter(|&&i| date_field(i)) {
+            dates.push(&map(i, row.field(i)));
+        }
+    }
     for row in rows.clone() {
-        for i in (0..nf).filter(|i| date_field(*i)) {
+        for i in (0..nf).filter(|i| date_field(*i) && own(i)) {
             dates.push(&map(i, row.field(i)));
         }
     }
@@ -744,22 +761,40 @@ where
             run.bind(SqlValue::Integer(id))?;
         }
         let mut n = 0;
+        if let Some(row) = first {
+            for &i in shared {
+                bind_field(run, map(i, row.field(i)), date_field(i), dates, &mut n)?;
+            }
+        }
         for row in rows {
             for i in 0..nf {
-                match map(i, row.field(i)) {
-                    // A date in a field of another kind (a hand-built row's
-                    // values need not match their fields): the first pass
-                    // did not write it, so it must not take the next text.
-                    v if is_date(&v) && !date_field(i) => {
-                        let mut buf = [0u8; DATETIME_BUF];
-                        run.bind_copy(stored(&v, &mut buf)?)?;
-                    }
-                    v => bind_in_place(run, v, dates, &mut n)?,
+                if shared.is_empty() || own(&i) {
+                    bind_field(run, map(i, row.field(i)), date_field(i), dates, &mut n)?;
                 }
             }
         }
         Ok(())
     })
+}
+
+/// Binds `v`, the value of a field, to the next parameter of `run`: as
+/// [`bind_in_place`] does, but a date in a field of another kind (a
+/// hand-built row's values need not match their fields), which
+/// [`insert_in_place`]'s first pass did not write, must not take the next
+/// text: it is written here and copied.
+#[inline(always)]
+fn bind_field<'v>(
+    run: &mut InPlace<'_, 'v>,
+    v: ValueRef<'v>,
+    date_field: bool,
+    dates: &'v DateTexts,
+    n: &mut usize,
+) -> rusqlite::Result<()> {
+    if is_date(&v) && !date_field {
+        let mut buf = [0u8; DATETIME_BUF];
+        return run.bind_copy(stored(&v, &mut buf)?);
+    }
+    bind_in_place(run, v, dates, n)
 }
 
 /// Binds `v` to the next parameter of `run`: a date as the text of the
@@ -1041,7 +1076,7 @@ impl Inner {
             Some(_) => &mut hot[t].insert,
             None => &mut hot[t].insert_new,
         };
-        insert_in_place(stmt, table, id, std::iter::once(row), dates, |_, v| v)
+        insert_in_place(stmt, table, id, std::iter::once(row), &[], dates, |_, v| v)
             .map_err(|e| write_err(table, e))?;
         Ok(conn.last_insert_rowid())
     }
@@ -1084,7 +1119,14 @@ impl Inner {
                         BatchOp::Add { row, .. } => Some(row),
                         _ => None,
                     });
-                    insert_in_place(&mut hot[t].bulk_insert, table, None, rows, dates, |_, v| v)
+                    let shared = &tables[t].shared;
+                    let (stmt, shared) = match &mut hot[t].bulk_insert_shared {
+                        Some(stmt) if statements::rows_share(rows.clone(), shared) => {
+                            (stmt, &shared[..])
+                        }
+                        _ => (&mut hot[t].bulk_insert, &[][..]),
+                    };
+                    insert_in_place(stmt, table, None, rows, shared, dates, |_, v| v)
                 }
                 (Some(_), Some(_)) => {
                     match conn.prepare_cached(&statements::bulk_insert_sql(table, chunk.len())) {

@@ -3,7 +3,11 @@
 
 use std::collections::HashSet;
 
-use burrow::{Batch, BatchOptions, BatchResult, Database, Error, ErrorKind, Model, Orm};
+use burrow::chrono::{DateTime, Duration, TimeZone, Utc};
+use burrow::driver::{BatchItem, BatchOp};
+use burrow::{
+    Batch, BatchOptions, BatchResult, Database, Error, ErrorKind, Model, Orm, Query, Record,
+};
 
 use crate::common::*;
 
@@ -23,6 +27,8 @@ conformance!(
     batch_ids_after_the_largest_id,
     rollback_on_error_across_two_engines,
     chunks_cut_across_runs_of_two_engines,
+    many_adds_keep_their_fields_and_one_stamp,
+    many_adds_of_distinct_times_keep_each_time,
 );
 
 /// What the results should look like, item by item.
@@ -695,5 +701,120 @@ fn chunks_cut_across_runs_of_two_engines(f: &dyn Factory) -> TestResult {
         other => return Err(format!("expected Error::Batch at 4, got {other:?}").into()),
     }
     same(&snapshot(&c)?, &before, "nothing remains in either engine")?;
+    Ok(())
+}
+
+/// Adds enough for several full multi-row statements and a short one after
+/// them (engines write runs of adds in statements of up to a few hundred
+/// rows, and may bind the automatic times the rows share once a statement).
+const MANY: usize = 450;
+
+/// The `i`th of [`MANY`] records, each field its own.
+fn many(i: usize) -> Sample {
+    let mut s = Sample::new(&format!("many{i}"), i as i32, &format!("{i}.25"));
+    s.note = (i % 3 == 0).then(|| format!("note {i}"));
+    s
+}
+
+/// Reads every Sample back in ID order and checks each against [`many`],
+/// returning them.
+fn read_many(
+    c: &Database,
+    results: &[BatchResult],
+) -> Result<Vec<Sample>, Box<dyn std::error::Error>> {
+    assert_eq!(results.len(), MANY);
+    let mut back = c.select::<Sample>(&Query::all())?;
+    back.sort_by_key(|s| s.id);
+    assert_eq!(back.len(), MANY);
+    for (i, (got, r)) in back.iter().zip(results).enumerate() {
+        assert_eq!(r.id(), Some(got.id), "item {i}: reported ID");
+        let want = many(i);
+        assert_eq!(
+            (
+                &got.name,
+                &got.last_name,
+                got.amount,
+                got.age,
+                got.born,
+                &got.note
+            ),
+            (
+                &want.name,
+                &want.last_name,
+                want.amount,
+                want.age,
+                want.born,
+                &want.note
+            ),
+            "item {i}"
+        );
+    }
+    Ok(back)
+}
+
+fn many_adds_keep_their_fields_and_one_stamp(f: &dyn Factory) -> TestResult {
+    let store = f.fresh()?;
+    let c = store.open()?;
+    let before = Utc::now() - Duration::seconds(1);
+    let mut batch = Batch::new();
+    batch.add_all((0..MANY).map(many));
+    let results = c.send(&mut batch)?;
+    let after = Utc::now() + Duration::seconds(1);
+    let back = read_many(&c, &results)?;
+    // One batch, one stamp: every row's times are the first row's.
+    let stamp = back[0].created_at;
+    assert!(before <= stamp && stamp <= after, "stamp {stamp}");
+    for (i, s) in back.iter().enumerate() {
+        assert_eq!((s.created_at, s.changed), (stamp, stamp), "item {i}");
+    }
+    Ok(())
+}
+
+/// Items applied as given, without a batch's stamp: rows whose automatic
+/// times differ must each keep their own, and rows that share two distinct
+/// times must keep each in its own field.
+fn many_adds_of_distinct_times_keep_each_time(f: &dyn Factory) -> TestResult {
+    let base: DateTime<Utc> = Utc.with_ymd_and_hms(2024, 5, 6, 7, 8, 9).unwrap();
+    let later = base + Duration::days(1);
+    type Times = fn(DateTime<Utc>, DateTime<Utc>, usize) -> (DateTime<Utc>, DateTime<Utc>);
+    let cases: [(&str, Times); 2] = [
+        ("shared by every row", |base, later, _| (base, later)),
+        // Creation times all differ; modification times are all alike but
+        // one, in the middle.
+        ("differing", |base, later, i| {
+            let changed = if i == MANY / 2 { later } else { base };
+            (base + Duration::seconds(i as i64), changed)
+        }),
+    ];
+    for (case, times) in cases {
+        let store = f.fresh()?;
+        let c = store.open()?;
+        let recs: Vec<Sample> = (0..MANY)
+            .map(|i| {
+                let (created_at, changed) = times(base, later, i);
+                Sample {
+                    created_at,
+                    changed,
+                    ..many(i)
+                }
+            })
+            .collect();
+        let items: Vec<BatchItem<'_>> = recs
+            .iter()
+            .map(|r| BatchItem {
+                table: Sample::table(),
+                op: BatchOp::Add { id: None, row: r },
+            })
+            .collect();
+        let results = c.apply_items(&items, BatchOptions::default(), false)?;
+        let back = read_many(&c, &results)?;
+        for (i, (got, want)) in back.iter().zip(&recs).enumerate() {
+            assert_eq!(
+                (got.created_at, got.changed),
+                (want.created_at, want.changed),
+                "{case}: item {i}"
+            );
+        }
+    }
     Ok(())
 }
