@@ -10,6 +10,7 @@
 //! - [`driver`]: helpers for engine authors.
 //! - [`Error`], [`ErrorKind`], [`Result`]: the one error type.
 
+mod apart;
 mod batch;
 mod cache;
 mod currency;
@@ -54,6 +55,11 @@ pub use value::{Params, Value, ValueRef};
 
 /// What engine authors and servers share, apart from what applications use.
 pub mod driver {
+    /// Keeping a thread off one processor for a while, where two threads
+    /// that hand work to each other would otherwise share one.
+    pub mod apart {
+        pub use crate::apart::{current, incoming_cpu, keep_off, Away};
+    }
     pub use crate::batch::field_subset;
     pub use crate::cache::{CacheScope, TxWrites};
     pub use crate::nowait::{refuse, taken_now, waits_refused, without_waiting};

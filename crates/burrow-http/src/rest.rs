@@ -8,7 +8,7 @@ use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
 use burrow_core::chrono::Utc;
-use burrow_core::driver::{refuse, waits_refused};
+use burrow_core::driver::{apart, refuse, waits_refused};
 use burrow_core::json::{self, ListWriter};
 use burrow_core::{
     BatchOptions, BatchResult, CmpOp, Column, Error, ErrorKind, Expr, Filter, JsonDialect, Orm,
@@ -732,6 +732,7 @@ fn stream_list(
         compact: compact(sh, req),
         dialect: dialect(req),
         done: false,
+        peer_cpu: None,
     };
     // Most lists turn out short: the buffer grows as rows come.
     let mut body = Vec::with_capacity(16 * 1024);
@@ -764,6 +765,8 @@ struct ListPages {
     compact: bool,
     dialect: JsonDialect,
     done: bool,
+    /// See [`BodyStream::peer_cpu`].
+    peer_cpu: Option<usize>,
 }
 
 impl ListPages {
@@ -842,6 +845,16 @@ impl ListPages {
 }
 
 impl BodyStream for ListPages {
+    /// A page is held off the client's processor while it is read and
+    /// written: on a 2-processor machine, a server's page thread woken next
+    /// to its client on loopback took turns with it in slices of about 3 ms
+    /// while the other processor stayed idle (a 10,000-row list read at
+    /// 1.9–2.4M rows/s in 10 of 24 reads, against 2.8–3.3M in the others;
+    /// held off, all 24 read at 2.8–3.3M).
+    fn peer_cpu(&mut self, cpu: Option<usize>) {
+        self.peer_cpu = cpu;
+    }
+
     fn next(&mut self) -> PieceFuture<'_> {
         Box::pin(async move {
             if self.done {
@@ -850,7 +863,11 @@ impl BodyStream for ListPages {
             // A page may scan much of a table, and wait for the engine's
             // lock: it runs off the event loop.
             let mut out = Vec::with_capacity(self.piece.min(1 << 22) + 1024);
-            match crate::server::aside(|| self.page(&mut out)) {
+            let peer_cpu = self.peer_cpu;
+            match crate::server::aside(|| {
+                let _away = peer_cpu.and_then(apart::keep_off);
+                self.page(&mut out)
+            }) {
                 Ok(()) => Some(Ok(out)),
                 Err(e) => {
                     self.done = true;

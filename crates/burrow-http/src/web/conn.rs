@@ -25,8 +25,24 @@ use crate::spin::Spin;
 pub(crate) const OUT_HIGH: usize = 64 * 1024;
 
 /// A connection's byte stream: a socket, or TLS over one.
-pub(crate) trait Stream: AsyncRead + AsyncWrite + Unpin + Send {}
-impl<S: AsyncRead + AsyncWrite + Unpin + Send> Stream for S {}
+pub(crate) trait Stream: AsyncRead + AsyncWrite + Unpin + Send {
+    /// The processor the socket's last packet arrived on
+    /// ([`burrow_core::driver::apart::incoming_cpu`]), when known.
+    fn incoming_cpu(&self) -> Option<usize>;
+}
+
+impl Stream for tokio::net::TcpStream {
+    fn incoming_cpu(&self) -> Option<usize> {
+        burrow_core::driver::apart::incoming_cpu(std::os::fd::AsFd::as_fd(self))
+    }
+}
+
+#[cfg(feature = "tls")]
+impl Stream for tokio_rustls::server::TlsStream<tokio::net::TcpStream> {
+    fn incoming_cpu(&self) -> Option<usize> {
+        self.get_ref().0.incoming_cpu()
+    }
+}
 
 /// What the handler said of a head.
 enum Admitted {
@@ -134,6 +150,7 @@ async fn stream_body<H: Handler>(
         return false;
     }
     drop(first);
+    rest.peer_cpu(stream.incoming_cpu());
     loop {
         if !flush(core, stream, out).await {
             return false;

@@ -56,6 +56,17 @@ pub trait BodyStream: Send + 'static {
     /// response early: the connection closes without the body's end, so the
     /// client sees it cut short rather than taking it for whole.
     fn next(&mut self) -> PieceFuture<'_>;
+
+    /// Told once, before the pieces after the first are asked for: the
+    /// processor the request arrived on (Linux's `SO_INCOMING_CPU`; `None`
+    /// where unknown). On loopback that is where the client runs, and reads
+    /// this body as it comes: a producer that keeps a processor busy for
+    /// each piece may keep its thread off that one
+    /// ([`burrow_core::driver::apart`]), so that the two run side by side
+    /// rather than take turns on one. Ignored by default.
+    fn peer_cpu(&mut self, cpu: Option<usize>) {
+        let _ = cpu;
+    }
 }
 
 /// What [`BodyStream::next`] returns.
