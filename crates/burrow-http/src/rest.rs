@@ -848,9 +848,9 @@ impl BodyStream for ListPages {
     /// A page is held off the client's processor while it is read and
     /// written: on a 2-processor machine, a server's page thread woken next
     /// to its client on loopback took turns with it in slices of about 3 ms
-    /// while the other processor stayed idle (a 10,000-row list read at
-    /// 1.9–2.4M rows/s in 10 of 24 reads, against 2.8–3.3M in the others;
-    /// held off, all 24 read at 2.8–3.3M).
+    /// while the other processor stayed idle. A 10,000-row list, one read
+    /// per process: 6 of 24 reads ran at 1.5–2.1M rows/s, the others at
+    /// 2.7–3.5M; held off, 23 of 24 ran at 2.8–3.5M and one at 2.5M.
     fn peer_cpu(&mut self, cpu: Option<usize>) {
         self.peer_cpu = cpu;
     }
