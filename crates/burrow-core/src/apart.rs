@@ -32,6 +32,7 @@ pub fn keep_off(cpu: usize) -> Option<Away> {
 /// (`SO_INCOMING_CPU`). On loopback that is the processor the peer sent
 /// from: a server answering a client on its own machine learns where the
 /// client runs.
+#[cfg(unix)]
 pub fn incoming_cpu(socket: std::os::fd::BorrowedFd<'_>) -> Option<usize> {
     imp::incoming_cpu(socket)
 }
@@ -113,6 +114,7 @@ mod imp {
     pub fn keep_off(_: usize) -> Option<Saved> {
         None
     }
+    #[cfg(unix)]
     pub fn incoming_cpu(_: std::os::fd::BorrowedFd<'_>) -> Option<usize> {
         None
     }

@@ -58,7 +58,9 @@ pub mod driver {
     /// Keeping a thread off one processor for a while, where two threads
     /// that hand work to each other would otherwise share one.
     pub mod apart {
-        pub use crate::apart::{current, incoming_cpu, keep_off, Away};
+        #[cfg(unix)]
+        pub use crate::apart::incoming_cpu;
+        pub use crate::apart::{current, keep_off, Away};
     }
     pub use crate::batch::field_subset;
     pub use crate::cache::{CacheScope, TxWrites};

@@ -32,8 +32,13 @@ pub(crate) trait Stream: AsyncRead + AsyncWrite + Unpin + Send {
 }
 
 impl Stream for tokio::net::TcpStream {
+    #[cfg(unix)]
     fn incoming_cpu(&self) -> Option<usize> {
         burrow_core::driver::apart::incoming_cpu(std::os::fd::AsFd::as_fd(self))
+    }
+    #[cfg(not(unix))]
+    fn incoming_cpu(&self) -> Option<usize> {
+        None
     }
 }
 
