@@ -6,6 +6,7 @@
 use std::collections::HashSet;
 
 use burrow_core::{BatchItem, BatchOp, BatchResult, Error, Result, ValueRef};
+use burrow_sqlite::statements::rows_share;
 
 use crate::conn::{query_i64, Conn, DbError, DbErrorKind, QueryError, RawRow, RowFn};
 use crate::dialect::Dialect;
@@ -250,8 +251,18 @@ impl Batch<'_> {
                 return Err(DbError::new(DbErrorKind::Other, "IDs near the largest"));
             }
         }
-        self.conn
-            .insert_rows(t, &t.bulk_insert(chunk.len()), chunk, self.guard)?;
+        // Rows that share their automatic times (a batch's stamp) bind them
+        // once a statement (SQLite only: `t.shared` is empty elsewhere).
+        let rows = chunk.iter().filter_map(|it| match it.op {
+            BatchOp::Add { row, .. } => Some(row),
+            _ => None,
+        });
+        let (sql, shared) = if rows_share(rows, &t.shared) {
+            (t.bulk_insert_shared(chunk.len()), &t.shared[..])
+        } else {
+            (t.bulk_insert(chunk.len()), &[][..])
+        };
+        self.conn.insert_rows(t, &sql, chunk, shared, self.guard)?;
         let reported = self.conn.last_insert_id();
         Ok(t.dialect
             .bulk_insert_ids(reported, k, self.engine.server.id_step))

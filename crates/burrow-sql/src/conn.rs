@@ -166,23 +166,30 @@ pub trait Conn: Send {
 
     /// Runs `sql`, a multi-row insert of `t` with one row of parameters per
     /// item of `adds` (each an add): the fields of each record in turn, in
-    /// their storage form. The default collects the values and runs
-    /// [`Conn::execute`]; SQLite binds them straight from the records, and
-    /// the automatic times all rows share once, with a statement of its own
-    /// ([`TableSql::bulk_insert_shared`]).
+    /// their storage form, but for the `shared` fields, which every row
+    /// holds alike and `sql` binds once, first
+    /// ([`TableSql::bulk_insert_shared`]; empty: none). The default collects
+    /// the values and runs [`Conn::execute`]; SQLite binds them straight
+    /// from the records.
     fn insert_rows(
         &mut self,
         t: &TableSql,
         sql: &str,
         adds: &[BatchItem<'_>],
+        shared: &[usize],
         guard: bool,
     ) -> Result<u64, DbError> {
         let n = t.names.columns.len();
         let mut p = Params::with_capacity(adds.len() * n);
-        for it in adds {
-            if let BatchOp::Add { row, .. } = it.op {
-                push_fields(t, row, 0..n, &mut p);
-            }
+        let rows = adds.iter().filter_map(|it| match it.op {
+            BatchOp::Add { row, .. } => Some(row),
+            _ => None,
+        });
+        if let Some(first) = rows.clone().next().filter(|_| !shared.is_empty()) {
+            push_fields(t, first, shared.iter().copied(), &mut p);
+        }
+        for row in rows {
+            push_fields(t, row, (0..n).filter(|i| !shared.contains(i)), &mut p);
         }
         self.execute(sql, &p, guard)
     }

@@ -9,7 +9,6 @@ use std::time::Duration;
 
 use burrow_core::datetime::DATETIME_BUF;
 use burrow_core::{BatchItem, BatchOp, Error, Result, ValueRef};
-use burrow_sqlite::statements::rows_share;
 use burrow_sqlite::{DateTexts, KeptConnection, KeptStatement, RawStmt, TimeText};
 use rusqlite::types::ValueRef as SqlValue;
 use rusqlite::{Connection, OpenFlags};
@@ -173,21 +172,13 @@ impl Conn for LiteConn {
         t: &TableSql,
         sql: &str,
         adds: &[BatchItem<'_>],
+        shared: &[usize],
         _guard: bool,
     ) -> Result<u64, DbError> {
         let rows = adds.iter().filter_map(|it| match it.op {
             BatchOp::Add { row, .. } => Some(row),
             _ => None,
         });
-        // Rows that share their automatic times (a batch's stamp) bind them
-        // once, through the table's statement for that.
-        let shared_sql;
-        let (sql, shared) = if rows_share(rows.clone(), &t.shared) {
-            shared_sql = t.bulk_insert_shared(adds.len());
-            (&*shared_sql, &t.shared[..])
-        } else {
-            (sql, &[][..])
-        };
         let mut stmt = self.kept.statement(sql).map_err(classify)?;
         stmt.insert_in_place(t.table, rows, shared, &mut self.dates, |i, v| {
             store(Dialect::Sqlite, t.encs[i], v)

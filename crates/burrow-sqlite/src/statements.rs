@@ -8,7 +8,7 @@ use std::collections::HashMap;
 
 use std::fmt::Write as _;
 
-use burrow_core::{AutoTime, Column, Fields, Select, SqlStyle, Table, ValueRef};
+use burrow_core::{AutoTime, Column, Fields, Select, SqlStyle, Table};
 
 /// Quotes an identifier: `"name"`, with inner quotes doubled.
 pub(crate) fn quote(out: &mut String, ident: &str) {
@@ -60,8 +60,7 @@ pub fn rows_share<'r>(mut rows: impl Iterator<Item = &'r dyn Fields>, shared: &[
     let Some(first) = rows.next() else {
         return false;
     };
-    let want: Vec<ValueRef<'_>> = shared.iter().map(|&i| first.field(i)).collect();
-    rows.all(|r| shared.iter().zip(&want).all(|(&i, w)| r.field(i) == *w))
+    rows.all(|r| shared.iter().all(|&i| r.field(i) == first.field(i)))
 }
 
 /// The statements of one table.
